@@ -1,0 +1,73 @@
+"""Plain data the policies see, and the two policy interfaces.
+
+A policy is pure: it reads a :class:`JobView` per active job and returns either a
+fractional allocation (``AllocationPolicy``, turned into rounds by the Gavel mechanism in
+``market/gavel.py``) or the list of jobs to run this round (``RoundPolicy``, e.g. Shockwave).
+No asyncio, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What a policy may know about one active (arrived, unfinished) job.
+
+    Units: seconds, steps (optimizer iterations), steps/s for the whole gang.
+    """
+
+    job_id: int
+    model: str
+    batch_size: int                 # current batch size
+    scale_factor: int               # GPUs the job gang-schedules on
+    throughput: float               # steps/s of the whole gang at the current batch size
+    total_steps: int                # at the current batch size (rescaled on batch-size changes)
+    steps_done: int                 # at the current batch size
+    arrival_s: float                # true submission time
+    priority_weight: float = 1.0
+    mode: str = "static"            # static | accordion | gns
+    run_time_s: float = 0.0         # cumulative execution time received so far (wall of the gang)
+
+    @property
+    def remaining_steps(self) -> int:
+        return max(0, self.total_steps - self.steps_done)
+
+
+class AllocationPolicy(Protocol):
+    """A Gavel-style policy: fraction of time x_j in [0, 1] that job j should hold its gang.
+
+    ``allocate`` must satisfy sum_j scale_factor_j * x_j <= num_gpus. It may keep state
+    between calls (e.g. Themis' isolated-time bookkeeping); ``now_s`` is simulation or wall time.
+    """
+
+    name: str
+
+    def allocate(self, jobs: Sequence[JobView], num_gpus: int, now_s: float) -> dict[int, float]: ...
+
+
+@dataclass(slots=True)
+class RoundContext:
+    """Everything a round-level scheduler needs at one round boundary."""
+
+    round_index: int                      # 0-based index of the round about to start
+    now_s: float                          # its start time
+    round_duration_s: float               # nominal length L
+    num_gpus: int
+    jobs: Mapping[int, JobView]           # active jobs by id, in arrival order
+    arrived: Sequence[int] = ()           # jobs added since the previous boundary
+    completed: Sequence[int] = ()         # jobs finished since the previous boundary
+    batch_size_changed: Sequence[int] = ()  # jobs whose batch size changed since the previous boundary
+    lost_gpus: int = 0                    # GPUs lost since the previous boundary
+    last_round: Mapping[int, float] = field(default_factory=dict)  # job -> execution seconds in the round just ended
+    predictions: Mapping[int, object] = field(default_factory=dict)  # job -> predictor output (Shockwave)
+
+
+class RoundPolicy(Protocol):
+    """Chooses the jobs to run in one round. Returns job ids; the mechanism places them."""
+
+    name: str
+
+    def select(self, ctx: RoundContext) -> list[int]: ...
