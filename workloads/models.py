@@ -1,0 +1,150 @@
+"""Per-model constants of the Shockwave workload model: dataset sizes, batch-size caps, job table.
+
+Source: SHOCKWAVE_REFERENCE.md §1.2 (job table), §1.3 (samples per epoch) and §2.1 (caps);
+reference files ``scheduler/utils.py`` (``dataset_len``, ``model_dataset_mapping``),
+``scheduler/scheduler.py`` (``dataset_size_dict``, ``max_bs_dict``) and ``scheduler/job_table.py``.
+
+A *job type* is the string ``"<model> (batch size <B>)"``, e.g. ``"LM (batch size 10)"``; it is
+the key the throughput tables use (together with the scale factor).
+"""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+from typing import Mapping
+
+__all__ = [
+    "SAMPLES_PER_EPOCH",
+    "DATASET",
+    "MAX_BATCH_SIZE",
+    "MIN_BATCH_SIZE",
+    "ADAPTIVE_MODELS",
+    "JOB_TABLE_BATCH_SIZES",
+    "DISTRIBUTED_MODELS",
+    "MODELS",
+    "parse_job_type",
+    "job_type_name",
+    "steps_per_epoch",
+    "samples_per_epoch",
+]
+
+#: Training samples in one epoch, by model (§1.3). ResNet-50 uses a 100k-image ImageNet subset.
+SAMPLES_PER_EPOCH: Mapping[str, int] = MappingProxyType(
+    {
+        "ResNet-18": 50_000,
+        "ResNet-50": 100_000,
+        "Transformer": 10_000,
+        "LM": 59_675,
+        "Recommendation": 117_907,
+        "CycleGAN": 6_287,
+        "A3C": 4,
+    }
+)
+
+#: Dataset each model trains on (§1.3; reference ``model_dataset_mapping``).
+DATASET: Mapping[str, str] = MappingProxyType(
+    {
+        "ResNet-18": "CIFAR-10",
+        "ResNet-50": "ImageNet",
+        "Transformer": "Multi30k",
+        "LM": "Wikitext-2",
+        "Recommendation": "ML-20M",
+        "A3C": "Pong",
+        "CycleGAN": "monet2photo",
+    }
+)
+
+#: Largest batch size a job of the model may reach by adaptation (§2.1). A job at this batch
+#: size never asks for a bigger one.
+MAX_BATCH_SIZE: Mapping[str, int] = MappingProxyType(
+    {
+        "ResNet-18": 256,
+        "ResNet-50": 128,
+        "Transformer": 128,
+        "LM": 80,
+        "Recommendation": 8192,
+    }
+)
+
+#: Smallest batch size (§2.1): an Accordion job at this batch size never asks for a smaller one.
+MIN_BATCH_SIZE: Mapping[str, int] = MappingProxyType(
+    {
+        "ResNet-18": 16,
+        "ResNet-50": 16,
+        "Transformer": 16,
+        "LM": 5,
+        "Recommendation": 512,
+    }
+)
+
+#: Models whose batch size the simulator may change (reference ``max_bs_dict`` in
+#: ``_scale_bs_and_iters``). Transformer is absent: neither Accordion nor GNS changes it.
+ADAPTIVE_MODELS: frozenset[str] = frozenset({"ResNet-18", "ResNet-50", "LM", "Recommendation"})
+
+#: Batch sizes the reference trace generator draws per model (§1.2, ``job_table.py``).
+JOB_TABLE_BATCH_SIZES: Mapping[str, tuple[int, ...]] = MappingProxyType(
+    {
+        "ResNet-18": (32, 64, 128, 256),
+        "ResNet-50": (16, 32, 64),
+        "Transformer": (16, 32, 64, 128),
+        "LM": (5, 10, 20, 40, 80),
+        "Recommendation": (512, 1024, 2048, 4096, 8192),
+    }
+)
+
+#: Models that may run on more than one GPU (scale factor > 1) in the reference job table.
+DISTRIBUTED_MODELS: frozenset[str] = frozenset({"ResNet-18", "ResNet-50", "Transformer", "LM"})
+
+#: The five models of the published traces.
+MODELS: tuple[str, ...] = ("ResNet-18", "ResNet-50", "Transformer", "LM", "Recommendation")
+
+_JOB_TYPE_RE = re.compile(r"(\S+) \(batch size ([0-9]+)\)")
+
+
+def parse_job_type(job_type: str) -> tuple[str, int]:
+    """Split a job type string into ``(model, batch_size)``.
+
+    ``parse_job_type("LM (batch size 10)") == ("LM", 10)``. The model is the text before the
+    first space and the batch size the integer inside ``(batch size N)`` (reference ``Job.model``
+    and ``Job.batch_size``).
+
+    Raises:
+        ValueError: the string is not of the form ``"<model> (batch size <N>)"`` with N >= 1.
+    """
+    match = _JOB_TYPE_RE.fullmatch(job_type)
+    if match is None:
+        raise ValueError(f"expected '<model> (batch size <N>)', got {job_type!r}")
+    batch_size = int(match.group(2))
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {job_type!r}")
+    return match.group(1), batch_size
+
+
+def job_type_name(model: str, batch_size: int) -> str:
+    """The job type string of ``model`` at ``batch_size``: ``"<model> (batch size <B>)"``."""
+    return f"{model} (batch size {int(batch_size)})"
+
+
+def samples_per_epoch(model: str) -> int:
+    """Samples in one epoch of ``model`` (§1.3).
+
+    Raises:
+        KeyError: unknown model.
+    """
+    try:
+        return SAMPLES_PER_EPOCH[model]
+    except KeyError:
+        raise KeyError(f"unknown model {model!r}; known: {', '.join(SAMPLES_PER_EPOCH)}") from None
+
+
+def steps_per_epoch(model: str, batch_size: int) -> int:
+    """Optimizer steps in one epoch: ``ceil(samples_per_epoch(model) / batch_size)`` (§1.3).
+
+    Raises:
+        KeyError: unknown model.
+        ValueError: ``batch_size < 1``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    return -(-samples_per_epoch(model) // int(batch_size))
