@@ -1,0 +1,155 @@
+"""Pure formulas of the Shockwave predictor (numpy only, no state).
+
+Sources: SHOCKWAVE_REFERENCE.md §4.3 (epoch-duration calibration), §4.4 (Dirichlet posterior of
+the remaining runtime), §4.5 (fair-share finish time and its momentum average); reference files
+``scheduler/JobMetaData.py`` and ``scheduler/shockwave.py`` of uw-mad-dash/shockwave.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "dirichlet_remaining_runtime",
+    "calibration_factor",
+    "momentum_target",
+    "profile_epoch_durations",
+]
+
+
+def profile_epoch_durations(duration_every_epoch: Sequence[float]) -> np.ndarray:
+    """Profile epoch durations as the reference keeps them: rounded to whole seconds, at least 1.
+
+    Args:
+        duration_every_epoch: shape (E,), seconds per epoch from the job profile.
+
+    Returns:
+        float64 array of shape (E,), seconds (§4.2).
+    """
+    d = np.asarray(duration_every_epoch, dtype=np.float64)
+    return np.maximum(1.0, np.round(d))
+
+
+def dirichlet_remaining_runtime(
+    num_epochs: int,
+    epochs_done: int,
+    observed_batch_sizes: Sequence[int],
+    modes: Sequence[int],
+    epoch_s_by_batch_size: Mapping[int, float],
+) -> float:
+    """Posterior-mean remaining runtime R over batch-size regimes (SHOCKWAVE_REFERENCE.md §4.4).
+
+    Args:
+        num_epochs: E, total epochs of the job (> 0).
+        epochs_done: p, completed epochs, 0 <= p <= E.
+        observed_batch_sizes: the batch size of epochs 0..p (p+1 entries in the reference, the
+            current epoch included; fewer entries are accepted). Every entry must be in ``modes``.
+        modes: the distinct batch-size regimes the job can be in (the prior's support).
+        epoch_s_by_batch_size: D_b, mean seconds per epoch in regime b, for every b in ``modes``.
+
+    Returns:
+        R in seconds (run time on the job's own gang). 1.0 when E - p <= 0, as the reference.
+
+    Algorithm: prior alpha_b = E/|B|; posterior alpha'_b = alpha_b + c_b (counts of b among the
+    observed epochs); rebase r_b = E alpha'_b / sum(alpha'); remove each observed epoch from its
+    regime (only while r_b >= 1); R = sum_b r_b D_b * (E-p) / max(int(sum r + 1), E-p).
+
+    Raises:
+        ValueError: when ``modes`` is empty, E <= 0, p outside [0, E], or an observed batch size or a
+            mode has no duration.
+    """
+    if num_epochs <= 0:
+        raise ValueError(f"num_epochs must be > 0, got {num_epochs}")
+    if not 0 <= epochs_done <= num_epochs:
+        raise ValueError(f"epochs_done must be in [0, {num_epochs}], got {epochs_done}")
+    remaining_epochs = num_epochs - epochs_done
+    if remaining_epochs <= 0:
+        return 1.0
+    mode_list = sorted(set(int(b) for b in modes))
+    if not mode_list:
+        raise ValueError("no batch-size regime known")
+    index = {b: i for i, b in enumerate(mode_list)}
+    try:
+        durations = np.array([float(epoch_s_by_batch_size[b]) for b in mode_list])
+        observed = np.array([index[int(b)] for b in observed_batch_sizes], dtype=np.int64)
+    except KeyError as err:
+        raise ValueError(f"batch size {err.args[0]} has no regime or no epoch duration") from None
+    counts = np.bincount(observed, minlength=len(mode_list)).astype(np.float64)
+    posterior = num_epochs / len(mode_list) + counts
+    rebased = num_epochs * posterior / posterior.sum()
+    # Remove the observed epochs one by one, never below zero (reference order: epoch order).
+    for i in observed:
+        if rebased[i] >= 1.0:
+            rebased[i] -= 1.0
+    inflated = max(int(rebased.sum() + 1.0), remaining_epochs)
+    return float(np.dot(rebased, durations) * remaining_epochs / inflated)
+
+
+def calibration_factor(
+    measured_samples: float,
+    run_s: float,
+    profile_epoch_s: np.ndarray,
+    samples_per_epoch: int,
+    threshold: float = 0.4,
+) -> float | None:
+    """Multiplier for the profile epoch durations from measured throughput (§4.3).
+
+    Compares the samples the job really processed in ``run_s`` seconds of execution with the
+    samples the profile says it would have processed in the same time (whole profile epochs,
+    plus a pro-rated part of the next one). Unlike the reference, ``run_s`` counts only the
+    seconds the job actually ran (the reference counts every round since round 0, gaps included).
+
+    Args:
+        measured_samples: samples processed (steps x batch size), summed over measured rounds.
+        run_s: execution seconds over which they were processed.
+        profile_epoch_s: shape (E,), pristine profile seconds per epoch.
+        samples_per_epoch: samples in one epoch.
+        threshold: relative difference below which no calibration happens (reference: 0.4).
+
+    Returns:
+        profiled_samples / measured_samples when they differ by more than ``threshold`` relative
+        to the profiled count, else ``None`` (keep the profile).
+    """
+    if measured_samples <= 0.0 or run_s <= 0.0 or len(profile_epoch_s) == 0:
+        return None
+    cum = np.cumsum(profile_epoch_s)
+    whole = int(np.searchsorted(cum, run_s, side="right"))
+    profiled = whole * float(samples_per_epoch)
+    done_s = float(cum[whole - 1]) if whole > 0 else 0.0
+    if whole < len(profile_epoch_s):
+        profiled += samples_per_epoch * (run_s - done_s) / float(profile_epoch_s[whole])
+    if profiled <= 0.0:
+        return None
+    if abs(measured_samples - profiled) / profiled <= threshold:
+        return None
+    return profiled / measured_samples
+
+
+def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momentum: float = 0.9) -> float:
+    """Fair-share finish-time target FTobj from its estimate series (SHOCKWAVE_REFERENCE.md §4.5).
+
+    Args:
+        series: (round index, finish-time estimate in seconds) pairs in append order, non-empty.
+        round_index: the current round; no entry may be later.
+        momentum: weight of the time-weighted average (reference: 0.9).
+
+    Returns:
+        momentum x A + (1 - momentum) x v_n, where A weights each estimate by the rounds it was in
+        force (the last one until ``round_index``). When all weights are 0 (every entry made
+        in the current round) A = v_n (the reference asserts there is then a single entry).
+
+    Raises:
+        ValueError: empty series, or an entry after ``round_index``.
+    """
+    if not series:
+        raise ValueError("empty fair-share series")
+    rounds = np.array([r for r, _ in series] + [round_index], dtype=np.float64)
+    values = np.array([v for _, v in series], dtype=np.float64)
+    if rounds[:-1].max() > round_index:
+        raise ValueError("fair-share series has an entry after the current round")
+    weights = np.diff(rounds)
+    total = weights.sum()
+    average = float(values[-1]) if total <= 0 else float(np.dot(weights, values) / total)
+    return momentum * average + (1.0 - momentum) * float(values[-1])

@@ -1,0 +1,423 @@
+"""The cluster-wide Shockwave predictor: remaining runtime, fair-share target, prediction error.
+
+A :class:`Predictor` holds one record per active job and is fed by the round mechanism (the
+PredictorActor wraps it): ``add_job`` on arrival, ``observe_progress`` after every round a job ran,
+``observe_batch_size_change`` on every batch-size change, ``remove_job`` on completion. ``predict``
+returns one :class:`Prediction` per active job, everything the Shockwave planner needs.
+
+Formulas: SHOCKWAVE_REFERENCE.md §4.3 (calibration), §4.4 (posterior), §4.5 (fair-share target),
+§4.6 (mean epoch duration d̄). Pure numpy, no asyncio, no I/O.
+
+Two sources of batch-size regimes:
+- with a profile (simulation): the regimes are the profile's distinct batch sizes and, as in the
+  reference, the observed epochs are read from the profile's planned schedule (``observations=
+  "profile"``); ``observations="observed"`` uses the reported batch sizes instead;
+- without a profile (live jobs): the regimes are the batch sizes the job reported (its initial one
+  and every change), the observed epochs are rebuilt from the change events, and the per-regime
+  epoch duration is ceil(samples_per_epoch / b) / measured throughput at b.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from predictor.posterior import (
+    calibration_factor,
+    dirichlet_remaining_runtime,
+    momentum_target,
+    profile_epoch_durations,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workloads.profile import JobProfile
+
+__all__ = ["Prediction", "Predictor", "PredictorConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the planner knows about one active job at one re-plan. Times in seconds.
+
+    Fields:
+        job_id: the job.
+        scale_factor: GPUs it gang-schedules on.
+        submit_s: submission time (as given to ``add_job``).
+        num_epochs: E.
+        epochs_done: p (completed epochs).
+        remaining_s: R, posterior-mean remaining run time (§4.4).
+        mean_epoch_s: d̄, mean calibrated duration of epochs 0..p (§4.6).
+        elapsed_epochs_s: sum of calibrated durations of epochs 0..p-1 (§4.5).
+        fair_share_finish_s: the latest fair-share finish-time estimate v_n (§4.5).
+        target_finish_s: FTobj, the momentum-averaged fair-share finish-time target (§4.5).
+        batch_size: the job's current batch size (last reported).
+    """
+
+    job_id: int
+    scale_factor: int
+    submit_s: float
+    num_epochs: int
+    epochs_done: int
+    remaining_s: float
+    mean_epoch_s: float
+    elapsed_epochs_s: float
+    fair_share_finish_s: float
+    target_finish_s: float
+    batch_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorConfig:
+    """Predictor knobs.
+
+    momentum: weight of the time-weighted average in the target (reference: 0.9, §4.5).
+    calibration_threshold: relative sample-count gap that triggers calibration (reference: 0.4).
+    observations: "profile" (reference: observed epochs read from the profile's schedule) or
+        "observed" (from reported batch sizes); jobs without a profile always use "observed".
+    unknown_epoch_s: epoch duration assumed for a job with no profile and no throughput at all.
+    """
+
+    momentum: float = 0.9
+    calibration_threshold: float = 0.4
+    observations: str = "profile"
+    unknown_epoch_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.observations not in ("profile", "observed"):
+            raise ValueError(f"observations must be 'profile' or 'observed', got {self.observations!r}")
+        if not 0.0 <= self.momentum <= 1.0:
+            raise ValueError(f"momentum must be in [0, 1], got {self.momentum}")
+
+
+@dataclass(slots=True)
+class _JobRecord:
+    job_id: int
+    submit_s: float
+    add_round: int
+    scale_factor: int
+    num_epochs: int
+    samples_per_epoch: int
+    initial_batch_size: int
+    profile_bs: np.ndarray | None  # (E,) int
+    profile_epoch_s: np.ndarray | None  # (E,) pristine, rounded
+    initial_throughput: float | None
+    batch_size: int
+    changes: list[tuple[int, int]] = field(default_factory=list)  # (epoch, new batch size)
+    epochs_done: int = 0
+    measured_samples: float = 0.0
+    run_s: float = 0.0
+    steps_by_bs: dict[int, list[float]] = field(default_factory=dict)  # bs -> [steps, seconds]
+    share_series: list[tuple[int, float]] = field(default_factory=list)
+    predictions: list[tuple[int, float, float, float]] = field(default_factory=list)  # round, now, R, run_s
+
+    # ------------------------------------------------------------------ derived quantities
+    def observed_schedule(self, upto: int) -> np.ndarray:
+        """Reported batch size of epochs 0..upto-1 (from the change events)."""
+        out = np.full(upto, self.initial_batch_size, dtype=np.int64)
+        for epoch, bs in sorted(self.changes):
+            if epoch < upto:
+                out[max(epoch, 0):] = bs
+        return out
+
+    def measured_epoch_s(self, bs: int, unknown_epoch_s: float) -> float:
+        """Epoch seconds at batch size ``bs`` from measured throughput (profile-less regimes)."""
+        steps_per_epoch = math.ceil(self.samples_per_epoch / bs)
+        rec = self.steps_by_bs.get(bs)
+        if rec is not None and rec[0] > 0 and rec[1] > 0:
+            return steps_per_epoch * rec[1] / rec[0]
+        # No measurement at this batch size: the nearest measured batch size's sample rate.
+        measured = [(abs(math.log(b / bs)), b, r) for b, r in self.steps_by_bs.items() if r[0] > 0 and r[1] > 0]
+        if measured:
+            _, b, r = min(measured)
+            samples_per_s = r[0] * b / r[1]
+            return self.samples_per_epoch / samples_per_s
+        if self.initial_throughput and self.initial_throughput > 0:
+            samples_per_s = self.initial_throughput * self.initial_batch_size
+            return self.samples_per_epoch / samples_per_s
+        return unknown_epoch_s
+
+
+class Predictor:
+    """Cluster-wide remaining-runtime predictor and fair-share target keeper.
+
+    Args:
+        config: :class:`PredictorConfig`.
+        round_duration_s: nominal round length L, the default execution seconds of one
+            ``observe_progress`` call.
+
+    Not thread-safe; one owner (the PredictorActor) calls it.
+    """
+
+    def __init__(self, config: PredictorConfig | None = None, *, round_duration_s: float = 120.0) -> None:
+        self.config = config or PredictorConfig()
+        self.round_duration_s = float(round_duration_s)
+        self._jobs: dict[int, _JobRecord] = {}
+        self._reestimate = True
+        self._last_num_gpus: int | None = None
+        self._finished: dict[int, list[dict[str, float]]] = {}
+
+    # ------------------------------------------------------------------ feeding
+    def add_job(
+        self,
+        job_id: int,
+        *,
+        submit_s: float,
+        round_index: int,
+        scale_factor: int,
+        profile: "JobProfile | None",
+        num_epochs: int | None = None,
+        samples_per_epoch: int | None = None,
+        batch_size: int | None = None,
+        throughput: float | None = None,
+    ) -> None:
+        """Register an arrived job.
+
+        Args:
+            job_id: unique id.
+            submit_s: submission time, seconds (the reference uses the round boundary).
+            round_index: the round at which it is added.
+            scale_factor: GPUs of its gang (>= 1).
+            profile: a ``workloads.profile.JobProfile`` (num_epochs, samples_per_epoch,
+                bs_every_epoch, duration_every_epoch), or ``None`` for a live job whose regimes
+                come from reported batch sizes.
+            num_epochs, samples_per_epoch, batch_size: required when ``profile`` is None; when a
+                profile is given they default to the profile's values (batch_size: its epoch 0).
+            throughput: optional steps/s estimate at ``batch_size`` used before any measurement
+                (profile-less jobs only).
+
+        Raises:
+            ValueError: duplicate id, scale factor < 1, missing or non-positive sizes, or a profile
+                whose per-epoch arrays do not have ``num_epochs`` entries.
+        """
+        if job_id in self._jobs:
+            raise ValueError(f"job {job_id} already added")
+        if scale_factor < 1:
+            raise ValueError(f"job {job_id}: scale_factor must be >= 1, got {scale_factor}")
+        profile_bs = profile_s = None
+        if profile is not None:
+            num_epochs = int(profile.num_epochs)
+            samples_per_epoch = int(profile.samples_per_epoch)
+            profile_bs = np.asarray(profile.bs_every_epoch, dtype=np.int64)
+            profile_s = profile_epoch_durations(profile.duration_every_epoch)
+            if len(profile_bs) != num_epochs or len(profile_s) != num_epochs:
+                raise ValueError(
+                    f"job {job_id}: profile has {len(profile_bs)} batch sizes and {len(profile_s)} "
+                    f"durations for {num_epochs} epochs"
+                )
+            if batch_size is None:
+                batch_size = int(profile_bs[0])
+        if num_epochs is None or samples_per_epoch is None or batch_size is None:
+            raise ValueError(f"job {job_id}: without a profile, num_epochs, samples_per_epoch and batch_size are required")
+        if num_epochs <= 0 or samples_per_epoch <= 0 or batch_size <= 0:
+            raise ValueError(f"job {job_id}: num_epochs, samples_per_epoch and batch_size must be > 0")
+        self._jobs[job_id] = _JobRecord(
+            job_id=job_id,
+            submit_s=float(submit_s),
+            add_round=int(round_index),
+            scale_factor=int(scale_factor),
+            num_epochs=int(num_epochs),
+            samples_per_epoch=int(samples_per_epoch),
+            initial_batch_size=int(batch_size),
+            profile_bs=profile_bs,
+            profile_epoch_s=profile_s,
+            initial_throughput=throughput,
+            batch_size=int(batch_size),
+        )
+        self._reestimate = True
+
+    def observe_progress(
+        self,
+        job_id: int,
+        *,
+        round_index: int,
+        epochs_done: int,
+        throughput: float,
+        batch_size: int,
+        run_s: float | None = None,
+    ) -> None:
+        """Record one round the job ran.
+
+        Args:
+            round_index: the round that just ended.
+            epochs_done: floor(steps_done / ceil(samples_per_epoch / batch_size)) (§4.10); clipped
+                to [0, E].
+            throughput: steps/s of the whole gang measured in that round (0 if it did not run).
+            batch_size: the batch size used in that round (for the throughput measurement only;
+                regime changes come from ``observe_batch_size_change``).
+            run_s: execution seconds in that round (default: the nominal round length).
+
+        Raises:
+            KeyError: unknown job.
+        """
+        job = self._job(job_id)
+        seconds = self.round_duration_s if run_s is None else float(run_s)
+        job.epochs_done = int(min(max(epochs_done, 0), job.num_epochs))
+        if throughput > 0 and seconds > 0:
+            job.measured_samples += throughput * seconds * batch_size
+            rec = job.steps_by_bs.setdefault(int(batch_size), [0.0, 0.0])
+            rec[0] += throughput * seconds
+            rec[1] += seconds
+        job.run_s += max(seconds, 0.0)
+
+    def observe_batch_size_change(self, job_id: int, *, epoch: int, old_batch_size: int, new_batch_size: int) -> None:
+        """Record that the job's batch size became ``new_batch_size`` from epoch ``epoch`` on.
+
+        Raises:
+            KeyError: unknown job.
+            ValueError: non-positive batch size.
+        """
+        job = self._job(job_id)
+        if new_batch_size <= 0:
+            raise ValueError(f"job {job_id}: batch size must be > 0, got {new_batch_size}")
+        if new_batch_size == job.batch_size:
+            return
+        job.changes.append((int(epoch), int(new_batch_size)))
+        job.batch_size = int(new_batch_size)
+
+    def remove_job(self, job_id: int, *, finish_s: float) -> None:
+        """Drop a completed job and score every prediction made for it.
+
+        Call ``observe_progress`` for its last round first, so that its execution time is complete.
+        The actual remaining time of a prediction is the execution seconds the job still received
+        after it (what R predicts); the wall-clock remaining time is recorded beside it.
+
+        Raises:
+            KeyError: unknown job.
+        """
+        job = self._job(job_id)
+        series = []
+        for round_index, now_s, predicted, run_s in job.predictions:
+            series.append(
+                {
+                    "round_index": round_index,
+                    "predicted_remaining_s": predicted,
+                    "actual_remaining_s": job.run_s - run_s,
+                    "actual_remaining_wall_s": float(finish_s) - now_s,
+                }
+            )
+        self._finished[job_id] = series
+        del self._jobs[job_id]
+        self._reestimate = True
+
+    # ------------------------------------------------------------------ predicting
+    def predict(self, *, round_index: int, now_s: float, num_gpus: int, round_duration_s: float) -> dict[int, Prediction]:
+        """One :class:`Prediction` per active job, and record each R for the error series.
+
+        The fair-share estimates FT_j = submit_j + (elapsed_j + R_j) / min(1, G/N) are appended to
+        every active job's series when a job was added or removed (or G changed) since the last
+        call (§4.5).
+
+        Args:
+            round_index: the round about to start.
+            now_s: its start time, seconds.
+            num_gpus: G, GPUs currently usable (> 0).
+            round_duration_s: nominal round length L (updates the default of ``observe_progress``).
+
+        Raises:
+            ValueError: num_gpus <= 0.
+        """
+        if num_gpus <= 0:
+            raise ValueError(f"num_gpus must be > 0, got {num_gpus}")
+        self.round_duration_s = float(round_duration_s)
+        if num_gpus != self._last_num_gpus:
+            self._reestimate = True
+            self._last_num_gpus = num_gpus
+        basics = {job_id: self._estimate(job) for job_id, job in self._jobs.items()}
+        if self._reestimate and self._jobs:
+            share = min(1.0, num_gpus / len(self._jobs))
+            for job_id, job in self._jobs.items():
+                remaining, _, elapsed = basics[job_id]
+                job.share_series.append((int(round_index), job.submit_s + (elapsed + remaining) / share))
+        self._reestimate = False
+        out: dict[int, Prediction] = {}
+        for job_id, job in self._jobs.items():
+            remaining, mean_epoch, elapsed = basics[job_id]
+            series = [(min(r, round_index), v) for r, v in job.share_series]
+            target = momentum_target(series, round_index, self.config.momentum)
+            job.predictions.append((int(round_index), float(now_s), remaining, job.run_s))
+            out[job_id] = Prediction(
+                job_id=job_id,
+                scale_factor=job.scale_factor,
+                submit_s=job.submit_s,
+                num_epochs=job.num_epochs,
+                epochs_done=job.epochs_done,
+                remaining_s=remaining,
+                mean_epoch_s=mean_epoch,
+                elapsed_epochs_s=elapsed,
+                fair_share_finish_s=series[-1][1],
+                target_finish_s=target,
+                batch_size=job.batch_size,
+            )
+        return out
+
+    def _estimate(self, job: _JobRecord) -> tuple[float, float, float]:
+        """(R, d̄, sum of durations of epochs < p) for one job, seconds."""
+        E, p = job.num_epochs, job.epochs_done
+        upto = min(p + 1, E)  # epochs 0..p, the current one included (§4.4, §4.6)
+        if job.profile_bs is not None and job.profile_epoch_s is not None:
+            factor = calibration_factor(
+                job.measured_samples,
+                job.run_s,
+                job.profile_epoch_s,
+                job.samples_per_epoch,
+                self.config.calibration_threshold,
+            )
+            epoch_s = job.profile_epoch_s * (factor if factor is not None else 1.0)
+            by_bs = {int(b): float(epoch_s[job.profile_bs == b].mean()) for b in np.unique(job.profile_bs)}
+            if self.config.observations == "profile":
+                observed = job.profile_bs[:upto]
+                modes = list(by_bs)
+            else:
+                observed = job.observed_schedule(upto)
+                modes = sorted(set(by_bs) | set(int(b) for b in observed))
+                for b in modes:
+                    if b not in by_bs:
+                        by_bs[b] = job.measured_epoch_s(b, self.config.unknown_epoch_s)
+            mean_epoch = float(epoch_s[:upto].mean())
+            elapsed = float(epoch_s[:p].sum())
+        else:
+            observed = job.observed_schedule(upto)
+            modes = sorted(set(int(b) for b in observed) | {job.batch_size} | {b for _, b in job.changes})
+            by_bs = {b: job.measured_epoch_s(b, self.config.unknown_epoch_s) for b in modes}
+            per_epoch = np.array([by_bs[int(b)] for b in observed], dtype=np.float64)
+            mean_epoch = float(per_epoch.mean())
+            elapsed = float(per_epoch[:p].sum())
+        remaining = dirichlet_remaining_runtime(E, p, observed, modes, by_bs)
+        return remaining, mean_epoch, elapsed
+
+    # ------------------------------------------------------------------ quality
+    def quality(self) -> dict[str, Any]:
+        """Prediction quality of the completed jobs, for results.json.
+
+        Returns:
+            {"prediction_mape": mean of |predicted - actual| / actual over every prediction of every
+            completed job whose actual remaining execution time is > 0, in percent (None if there is
+            none), "num_predictions": that count, "per_job": {job_id (str): [{"round_index",
+            "predicted_remaining_s", "actual_remaining_s", "actual_remaining_wall_s"}, ...]}}.
+        """
+        errors = [
+            abs(e["predicted_remaining_s"] - e["actual_remaining_s"]) / e["actual_remaining_s"]
+            for series in self._finished.values()
+            for e in series
+            if e["actual_remaining_s"] > 0
+        ]
+        return {
+            "prediction_mape": 100.0 * float(np.mean(errors)) if errors else None,
+            "num_predictions": len(errors),
+            "per_job": {str(job_id): list(series) for job_id, series in sorted(self._finished.items())},
+        }
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def active_jobs(self) -> list[int]:
+        """Ids of the registered, not yet removed jobs, in add order."""
+        return list(self._jobs)
+
+    def _job(self, job_id: int) -> _JobRecord:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise KeyError(f"unknown job {job_id}") from None
