@@ -1,0 +1,98 @@
+"""MILP solver selection and options for the cvxpy models of ``market/`` (open-source only).
+
+HiGHS (through cvxpy, package ``highspy``) is the default; SCIP (``pyscipopt``) is used when asked for
+and installed. cvxpy is imported lazily: importing it costs 1-2 s.
+
+Determinism: in simulation the solvers run on one thread with a fixed seed and a node limit (a
+deterministic limit); in live mode a wall-clock time budget is added.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MILP_SOLVERS", "available_milp_solvers", "choose_solver", "solver_options"]
+
+#: MILP-capable solvers this project supports, in default order of preference.
+MILP_SOLVERS: tuple[str, ...] = ("HIGHS", "SCIP")
+
+
+def available_milp_solvers() -> list[str]:
+    """The supported MILP solvers that cvxpy reports as installed, in preference order."""
+    import cvxpy
+
+    installed = set(cvxpy.installed_solvers())
+    return [name for name in MILP_SOLVERS if name in installed]
+
+
+def choose_solver(preference: str = "auto") -> str:
+    """Resolve a solver name.
+
+    Args:
+        preference: "auto" (first installed of HIGHS, SCIP), "HIGHS" or "SCIP" (case-insensitive).
+
+    Returns:
+        The cvxpy solver name.
+
+    Raises:
+        ValueError: unknown name.
+        RuntimeError: the requested solver (or, for "auto", every supported one) is not installed.
+    """
+    name = preference.upper()
+    if name != "AUTO" and name not in MILP_SOLVERS:
+        raise ValueError(f"unknown MILP solver {preference!r}; expected one of auto, {', '.join(MILP_SOLVERS)}")
+    available = available_milp_solvers()
+    if name == "AUTO":
+        if not available:
+            raise RuntimeError("no MILP solver installed: install highspy (HiGHS) or pyscipopt (SCIP)")
+        return available[0]
+    if name not in available:
+        raise RuntimeError(f"MILP solver {name} is not installed (installed: {', '.join(available) or 'none'})")
+    return name
+
+
+def solver_options(
+    name: str,
+    *,
+    rel_gap: float,
+    node_limit: int | None,
+    time_limit_s: float | None,
+    threads: int = 1,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Keyword arguments for ``cvxpy.Problem.solve(solver=name, **options)``.
+
+    Args:
+        name: "HIGHS" or "SCIP".
+        rel_gap: relative MIP gap at which to stop (e.g. 1e-3).
+        node_limit: branch-and-bound node limit (deterministic), or None.
+        time_limit_s: wall-clock limit in seconds (live mode), or None.
+        threads: solver threads (1 for determinism).
+        seed: random seed.
+
+    Raises:
+        ValueError: unsupported solver name.
+    """
+    if name == "HIGHS":
+        opts: dict[str, Any] = {
+            "mip_rel_gap": float(rel_gap),
+            "threads": int(threads),
+            "random_seed": int(seed),
+        }
+        if node_limit is not None:
+            opts["mip_max_nodes"] = int(node_limit)
+        if time_limit_s is not None:
+            opts["time_limit"] = float(time_limit_s)
+        return opts
+    if name == "SCIP":
+        params: dict[str, Any] = {
+            "limits/gap": float(rel_gap),
+            "randomization/randomseedshift": int(seed),
+            "parallel/maxnthreads": int(threads),
+        }
+        if node_limit is not None:
+            params["limits/nodes"] = int(node_limit)
+        if time_limit_s is not None:
+            params["limits/time"] = float(time_limit_s)
+        return {"scip_params": params}
+    raise ValueError(f"unsupported MILP solver {name!r}")
