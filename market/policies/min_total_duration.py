@@ -7,9 +7,13 @@ The reference binary-searches the smallest horizon T (seconds) for which some al
 finishes every active job by T, i.e. T_j x_j >= rem_j / T with 0 <= x_j <= 1 and
 sum_j sf_j x_j <= G, and returns the feasible x the solver found at the last feasible T.
 Feasibility has a closed form (each x_j at its lower bound), so no LP is needed. The
-objective is a constant, so the returned point is whatever the solver lands on; ECOS, an
-interior-point method, returns (to about 1e-6) the analytic centre of the feasible set,
-which :func:`analytic_center` computes by Newton's method.
+objective is a constant, so the returned point is whatever the solver lands on. ECOS, an
+interior-point method, stops near the middle of the feasible set but not exactly at its
+analytic centre: its end point depends on its starting point and scaling. This module returns
+the analytic centre (:func:`analytic_center`, Newton's method), the closest solver-free stand-in
+measured: against ECOS 2.0.14 through cvxpy on instances drawn from the canonical trace, the
+horizon T matches exactly and the mean |x - x_ECOS| is 0.01-0.07 with 60-100 active jobs
+(0.11-0.15 with 20); the tight lower bounds (``center=False``) are 0.04-0.42 away.
 """
 
 from __future__ import annotations
@@ -114,8 +118,8 @@ class MinTotalDurationPolicy:
     - ``stop_ratio=1.05``: bisection stops once ``stop_ratio * lo >= hi``; the returned point
       is the one found at the smallest feasible midpoint, so T is up to 5 % above the optimum
       and every job gets slack; ``stop_ratio`` closer to 1 gives a tighter schedule.
-    - ``center=True``: return the analytic centre of the feasible set at that T (what ECOS
-      returns, the reference's published runs). ``center=False`` returns the lower bounds
+    - ``center=True``: return the analytic centre of the feasible set at that T (the stand-in
+      for the middle point ECOS returns in the published runs; see the module docstring). ``center=False`` returns the lower bounds
       rem_j / (T_j * T) (the least GPU time that meets T).
 
     Jobs with throughput <= 0 cannot meet any horizon; the reference would loop forever on them.
