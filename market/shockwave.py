@@ -451,27 +451,42 @@ def solve_counts(
 
     from market.solver import choose_solver, solver_options
 
+    import scipy.sparse as sp
+
     N, F = len(tables.ids), config.future_rounds
     a, left_ks, b, _ = _coefficients(tables, config)
-    nvec = np.arange(F + 1, dtype=np.float64)
+    nvec = np.arange(F + 1)
     allowed = nvec[None, :] <= tables.n_max[:, None]
     if with_fairness:
         allowed &= nvec[None, :] >= tables.n_min[:, None]
-    y = cp.Variable((N, F + 1), boolean=True)
+    # One binary per allowed (job, n) pair: y_k = 1 iff job jk gets nk rounds.
+    jk, nk = np.nonzero(allowed)
+    K = len(jk)
+    cols = np.arange(K)
+    onehot = sp.csr_matrix((np.ones(K), (jk, cols)), shape=(N, K))
+    count_of = sp.csr_matrix((nk.astype(np.float64), (jk, cols)), shape=(N, K))  # counts = count_of @ y
+    lk = left_ks[jk, nk]
+    rows = np.flatnonzero(np.bincount(jk[lk > 0], minlength=N))  # jobs with some leftover
+    y = cp.Variable(K, boolean=True)
     z = cp.Variable(nonneg=True)
-    counts_expr = y @ nvec
-    cons = [cp.sum(y, axis=1) == 1, y <= allowed.astype(np.float64), z >= cp.sum(cp.multiply(left_ks, y), axis=1)]
+    cons = [onehot @ y == 1]
+    if rows.size:
+        sel = np.isin(jk, rows) & (lk > 0)
+        row_of = np.searchsorted(rows, jk[sel])
+        left_mat = sp.csr_matrix((lk[sel], (row_of, cols[sel])), shape=(rows.size, K))
+        cons.append(left_mat @ y <= z)
     x = None
     w = tables.width.astype(np.float64)
     if config.formulation == "round_count":
         classes = width_classes(tables.width, num_gpus)
-        M = np.array([(tables.width >= c).astype(np.float64) * w for c, _ in classes])
+        M = np.array([(tables.width[jk] >= c) * w[jk] * nk for c, _ in classes], dtype=np.float64)
         caps = np.array([F * cap for _, cap in classes])
-        cons.append(M @ counts_expr <= caps)
+        cons.append(sp.csr_matrix(M) @ y <= caps)
     else:
         x = cp.Variable((N, F), boolean=True)
-        cons += [cp.sum(x, axis=1) == counts_expr, w @ x <= num_gpus]
-    problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(a, y)) - b * z), cons)
+        cons += [cp.sum(x, axis=1) == count_of @ y, w @ x <= num_gpus]
+    a = a[jk, nk]
+    problem = cp.Problem(cp.Maximize(a @ y - b * z), cons)
     solver = choose_solver(config.solver)
     opts = solver_options(
         solver,
@@ -489,10 +504,10 @@ def solve_counts(
         raise SolverFailure(f"{solver}: infeasible")
     if y.value is None:
         raise SolverFailure(f"{solver}: no solution (status {problem.status})")
-    yv = np.asarray(y.value)
-    counts = np.rint(yv).astype(np.int64) @ np.arange(F + 1)
-    if not np.allclose(np.rint(yv).sum(axis=1), 1):
+    yv = np.rint(np.asarray(y.value))
+    if not np.allclose(onehot @ yv, 1.0):
         raise SolverFailure(f"{solver}: one-hot violated (status {problem.status})")
+    counts = np.rint(count_of @ yv).astype(np.int64)
     xv = None if x is None else np.rint(np.asarray(x.value)).astype(bool)
     return counts, xv
 

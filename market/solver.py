@@ -9,6 +9,7 @@ deterministic limit); in live mode a wall-clock time budget is added.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 __all__ = ["MILP_SOLVERS", "available_milp_solvers", "choose_solver", "solver_options"]
@@ -17,11 +18,16 @@ __all__ = ["MILP_SOLVERS", "available_milp_solvers", "choose_solver", "solver_op
 MILP_SOLVERS: tuple[str, ...] = ("HIGHS", "SCIP")
 
 
-def available_milp_solvers() -> list[str]:
-    """The supported MILP solvers that cvxpy reports as installed, in preference order."""
+@functools.lru_cache(maxsize=1)
+def _installed() -> tuple[str, ...]:
     import cvxpy
 
-    installed = set(cvxpy.installed_solvers())
+    return tuple(cvxpy.installed_solvers())
+
+
+def available_milp_solvers() -> list[str]:
+    """The supported MILP solvers that cvxpy reports as installed, in preference order (cached)."""
+    installed = set(_installed())
     return [name for name in MILP_SOLVERS if name in installed]
 
 
