@@ -45,6 +45,7 @@ __all__ = [
     "build_command",
     "classify_exit",
     "LeaseProcess",
+    "last_lease_ended",
 ]
 
 log = logging.getLogger(__name__)

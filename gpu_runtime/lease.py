@@ -81,6 +81,8 @@ __all__ = [
     "read_reports",
     "LeaseIterator",
     "rescale_total_steps",
+    "write_lease_file",
+    "spec_to_dict",
 ]
 
 log = logging.getLogger(__name__)
