@@ -1,0 +1,141 @@
+"""Predictor: posterior, calibration, fair-share target and error bookkeeping against hand computations."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from predictor import (
+    Predictor,
+    PredictorConfig,
+    calibration_factor,
+    dirichlet_remaining_runtime,
+    momentum_target,
+)
+
+
+def _profile():
+    # 4 epochs: bs 32, 32, 64, 64; 10 s at bs 32, 20 s at bs 64; 320 samples per epoch.
+    return SimpleNamespace(
+        num_epochs=4,
+        samples_per_epoch=320,
+        bs_every_epoch=np.array([32, 32, 64, 64]),
+        duration_every_epoch=np.array([10.2, 9.8, 20.0, 20.0]),
+        isolated_runtime_s=60.0,
+    )
+
+
+def test_posterior_hand_computed():
+    # prior 2/2; counts 2/0 -> 4/2 (sum 6); rebased 8/3, 4/3; minus two bs-32 epochs -> 2/3, 4/3;
+    # inflated = max(int(2 + 1), 3) = 3; R = 2/3*10 + 4/3*20 = 33.33 s.
+    r = dirichlet_remaining_runtime(4, 1, [32, 32], [32, 64], {32: 10.0, 64: 20.0})
+    assert r == pytest.approx(100.0 / 3.0)
+
+
+def test_posterior_finished_job_and_bad_input():
+    assert dirichlet_remaining_runtime(4, 4, [32] * 4, [32], {32: 1.0}) == 1.0
+    with pytest.raises(ValueError):
+        dirichlet_remaining_runtime(4, 1, [16], [32], {32: 1.0})
+    with pytest.raises(ValueError):
+        dirichlet_remaining_runtime(4, 5, [32], [32], {32: 1.0})
+
+
+def test_predictor_with_profile_matches_hand_computation():
+    pred = Predictor(round_duration_s=120.0)
+    pred.add_job(1, submit_s=100.0, round_index=0, scale_factor=2, profile=_profile())
+    # 1 step/s x 10 s x bs 32 = 320 samples = the profile's first 10 s: no calibration.
+    pred.observe_progress(1, round_index=0, epochs_done=1, throughput=1.0, batch_size=32, run_s=10.0)
+    p = pred.predict(round_index=1, now_s=120.0, num_gpus=1, round_duration_s=120.0)[1]
+    assert p.remaining_s == pytest.approx(100.0 / 3.0)
+    assert p.mean_epoch_s == pytest.approx(10.0)  # durations rounded to whole seconds (10, 10)
+    assert p.elapsed_epochs_s == pytest.approx(10.0)
+    # share = min(1, 1/1) = 1: FT = 100 + 10 + 33.33
+    assert p.fair_share_finish_s == pytest.approx(100.0 + 10.0 + 100.0 / 3.0)
+    assert p.target_finish_s == pytest.approx(p.fair_share_finish_s)
+    assert (p.num_epochs, p.epochs_done, p.scale_factor, p.batch_size) == (4, 1, 2, 32)
+
+
+def test_posterior_built_only_from_observed_changes():
+    """A live job without a profile: regimes and counts come from reported batch sizes."""
+    pred = Predictor(round_duration_s=120.0)
+    pred.add_job(
+        7, submit_s=0.0, round_index=0, scale_factor=1, profile=None,
+        num_epochs=10, samples_per_epoch=1000, batch_size=100,
+    )
+    # bs 100: 10 steps/epoch at 1 step/s -> 10 s/epoch.
+    pred.observe_progress(7, round_index=0, epochs_done=2, throughput=1.0, batch_size=100, run_s=20.0)
+    pred.observe_batch_size_change(7, epoch=2, old_batch_size=100, new_batch_size=200)
+    # bs 200: 5 steps/epoch at 1 step/s -> 5 s/epoch.
+    pred.observe_progress(7, round_index=1, epochs_done=3, throughput=1.0, batch_size=200, run_s=10.0)
+    p = pred.predict(round_index=2, now_s=240.0, num_gpus=4, round_duration_s=120.0)[7]
+    # observed epochs 0..3 = 100, 100, 200, 200; prior 5/5 -> 7/7 -> rebased 5/5 -> minus 2 each: 3/3;
+    # inflated = max(int(6 + 1), 7) = 7; R = 3*10 + 3*5 = 45 s.
+    assert p.remaining_s == pytest.approx(45.0)
+    assert p.mean_epoch_s == pytest.approx(7.5)
+    assert p.elapsed_epochs_s == pytest.approx(25.0)
+
+
+def test_profile_less_job_requires_sizes():
+    with pytest.raises(ValueError):
+        Predictor().add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=None)
+
+
+def test_calibration_factor():
+    prof = np.array([10.0, 10.0, 10.0])
+    # measured 80 samples in 15 s; profile: 1.5 epochs = 150 samples -> factor 150 / 80
+    assert calibration_factor(80.0, 15.0, prof, 100) == pytest.approx(150.0 / 80.0)
+    assert calibration_factor(100.0, 15.0, prof, 100) is None  # 33 % apart: within 40 %
+    assert calibration_factor(140.0, 15.0, prof, 100) is None  # within 40 %
+
+
+def test_calibration_slows_predicted_remaining_time():
+    pred = Predictor(round_duration_s=120.0)
+    pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=_profile())
+    # half the profiled speed: 0.5 step/s for 20 s -> 320 samples where the profile expects 640
+    pred.observe_progress(1, round_index=0, epochs_done=1, throughput=0.5, batch_size=32, run_s=20.0)
+    p = pred.predict(round_index=1, now_s=120.0, num_gpus=1, round_duration_s=120.0)[1]
+    assert p.remaining_s == pytest.approx(2 * 100.0 / 3.0)
+    assert p.mean_epoch_s == pytest.approx(20.0)
+
+
+def test_momentum_target_hand_computed():
+    # weights 4, 4 -> A = 150; 0.9 * 150 + 0.1 * 200 = 155
+    assert momentum_target([(0, 100.0), (4, 200.0)], 8) == pytest.approx(155.0)
+    assert momentum_target([(3, 100.0)], 3) == pytest.approx(100.0)
+    with pytest.raises(ValueError):
+        momentum_target([], 0)
+
+
+def test_fair_share_series_appended_on_add_and_remove_only():
+    pred = Predictor(PredictorConfig(momentum=0.9))
+    prof = _profile()
+    pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
+    first = pred.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=120.0)[1]
+    pred.add_job(2, submit_s=0.0, round_index=4, scale_factor=1, profile=prof)
+    pred.predict(round_index=4, now_s=480.0, num_gpus=1, round_duration_s=120.0)
+    third = pred.predict(round_index=8, now_s=960.0, num_gpus=1, round_duration_s=120.0)[1]
+    # share halves when job 2 arrives: the estimate for job 1 doubles (60 -> 120 s, no progress)
+    # p = 0: counts 1/0 -> 3/2 -> rebased 2.4/1.6 -> 1.4/1.6; R = 1.4*10 + 1.6*20 = 46 s, share 1
+    assert first.fair_share_finish_s == pytest.approx(46.0)
+    assert third.fair_share_finish_s == pytest.approx(2 * first.fair_share_finish_s)
+    # rounds 0..4 at v1, 4..8 at v2: 0.9 * (v1 + v2) / 2 + 0.1 * v2
+    v1, v2 = first.fair_share_finish_s, third.fair_share_finish_s
+    assert third.target_finish_s == pytest.approx(0.9 * (v1 + v2) / 2 + 0.1 * v2)
+
+
+def test_quality_records_errors_against_actual_remaining_run_time():
+    pred = Predictor(round_duration_s=100.0)
+    pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=_profile())
+    p0 = pred.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=100.0)[1]
+    pred.observe_progress(1, round_index=0, epochs_done=4, throughput=1.0, batch_size=32, run_s=60.0)
+    pred.remove_job(1, finish_s=60.0)
+    q = pred.quality()
+    series = q["per_job"]["1"]
+    assert series == [
+        {"round_index": 0, "predicted_remaining_s": p0.remaining_s, "actual_remaining_s": 60.0, "actual_remaining_wall_s": 60.0}
+    ]
+    assert q["num_predictions"] == 1
+    assert q["prediction_mape"] == pytest.approx(100.0 * abs(p0.remaining_s - 60.0) / 60.0)
+    assert pred.active_jobs == []
