@@ -30,7 +30,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from msgspec import structs
 
@@ -227,8 +227,8 @@ class LeaseProcess:
     python: str = sys.executable
     module: str = TRAIN_MODULE
     cwd: str | None = None
-    stdout: int | None = None
-    stderr: int | None = None
+    stdout: Any = None  # as for asyncio.create_subprocess_exec: None, a fd, a file, PIPE, DEVNULL
+    stderr: Any = None
     threads_per_rank: int | None = None
     base_env: Mapping[str, str] | None = None
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
