@@ -35,11 +35,17 @@ Finish-time-fairness constraint (our choice; the reference's is infeasible at ev
 Formulations:
 - ``round_count`` (default): binaries y[j, n] (one-hot over n, one matrix variable), leftover
   epigraph z, and per width class c the capacity sum_{j: w_j >= c} w_j n_j <= F cap_c, where
-  cap_c = c floor(G/c) when every width >= c is a multiple of c, else G (necessary conditions of a
-  per-round packing; for the power-of-two widths of the traces they are also sufficient in practice).
-  The counts are then packed into rounds (:func:`pack_counts`). A packing that cannot place every
-  count drops the unplaced job-rounds (logged, counted in ``stats["packing_shortfall"]``); the plan's
-  objective is re-evaluated from the counts actually placed, and work conservation fills the GPUs.
+  cap_c = c floor(G/c) when every width >= c is a multiple of c, else G, and for jobs wider than G/2
+  (which cannot share a round with each other, nor with a job j when w_j + w_k > G)
+  n_j + sum_k n_k <= F. These are necessary conditions of a per-round packing; for widths that
+  divide each other and G (1, 2, 4, 8 GPUs) they are also sufficient in the cases tested against the
+  time-indexed model.
+  The counts are then packed into rounds (:func:`pack_counts`, wide jobs first, urgent jobs
+  earliest). When that heuristic cannot place every count, the exact rank MILP of the reference
+  (§4.7 step 4) packs them; when no packing exists, the time-indexed model of the same path is
+  solved instead. Only if that fails too are the unplaced job-rounds dropped (logged, counted in
+  ``stats["packing_shortfall"]``); the plan's objective is always re-evaluated from the counts
+  actually placed, and work conservation fills the GPUs.
 - ``time_indexed``: the reference's x[j, t] model with per-round capacity, linked to the same one-hot
   utility table; kept to cross-check the optimum.
 
@@ -243,7 +249,7 @@ def tabulate(
     u = (p[:, None] + planned / dbar[:, None]) / E[:, None]
     leftover = np.maximum(0.0, R[:, None] - planned)
     n_max = np.minimum(F, np.ceil(np.maximum(cap_run, R) / L - 1e-9)).astype(np.int64)
-    n_max = np.maximum(n_max, 0)
+    n_max = np.where(width > num_gpus, 0, np.maximum(n_max, 0))
 
     share = min(1.0, num_gpus / max(N, 1))
     rho = (now_s + R / share) / target
@@ -315,10 +321,9 @@ def pack_counts(
     """Place n_j rounds per job into F rounds without exceeding G GPUs in any round.
 
     1. Feasibility (wide jobs first): jobs in decreasing width, then decreasing n_j, each take the
-       n_j rounds with the most free GPUs (earliest on ties). With widths that divide each other and
-       G (1, 2, 4, 8 on 8k GPUs) every round's free capacity stays a multiple of the width being
-       placed, and largest-free-first is the Havel-Hakimi construction of a degree-constrained
-       assignment, so this places every count the class capacities of the MILP admit.
+       n_j rounds with the most free GPUs (earliest on ties); with widths that divide each other and
+       G every round's free capacity stays a multiple of the width being placed. If that leaves
+       job-rounds unplaced, the same with decreasing n_j first (Havel-Hakimi order).
     2. Priority (higher priority earlier): for each job in ``order``, an absent early round t and a
        later present round t' are exchanged with a less urgent job of the same width that is present
        in t and absent in t' (capacity and counts unchanged), until the job's rounds are the earliest
@@ -345,15 +350,21 @@ def pack_counts(
     rank = np.empty(N, dtype=np.int64)
     rank[np.asarray(order, dtype=np.int64)] = np.arange(N)
     shortfall = 0
-    for j in np.lexsort((rank, -counts, -width)):
-        n = int(counts[j])
-        if n <= 0:
-            continue
-        fits = np.flatnonzero(free >= width[j])
-        take = fits[np.lexsort((fits, -free[fits]))][:n]
-        shortfall += n - len(take)
-        x[j, take] = True
-        free[take] -= width[j]
+    for placement in (np.lexsort((rank, -counts, -width)), np.lexsort((rank, -width, -counts))):
+        x[:] = False
+        free[:] = G
+        shortfall = 0
+        for j in placement:
+            n = int(counts[j])
+            if n <= 0:
+                continue
+            fits = np.flatnonzero(free >= width[j])
+            take = fits[np.lexsort((fits, -free[fits]))][:n]
+            shortfall += n - len(take)
+            x[j, take] = True
+            free[take] -= width[j]
+        if shortfall == 0:
+            break
     limit = F if early_rounds is None else min(F, early_rounds)
     for j in order:
         if counts[j] <= 0 or counts[j] >= F:
@@ -380,6 +391,54 @@ def pack_counts(
             k, t2 = ks[ki], later[ti]
             x[j, t], x[j, t2], x[k, t], x[k, t2] = True, False, False, True
     return x, shortfall
+
+
+def rank_milp(
+    counts: np.ndarray, width: np.ndarray, order: np.ndarray, num_gpus: int, config: ShockwaveConfig
+) -> np.ndarray | None:
+    """Exact packing of given counts, urgent jobs earliest (the reference's rank MILP, §4.7 step 4).
+
+    Minimises sum_j u_j / n_j sum_t t x[j, t] with u_j = N - rank_j (urgency) subject to
+    sum_t x[j, t] = n_j and per-round capacity. Returns x (N, F) bool, or None when infeasible or the
+    solver fails.
+    """
+    import cvxpy as cp
+
+    from market.solver import choose_solver, solver_options
+
+    N, F = len(counts), config.future_rounds
+    active = np.flatnonzero(counts > 0)
+    out = np.zeros((N, F), dtype=bool)
+    if active.size == 0:
+        return out
+    rank = np.empty(N, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(N)
+    weight = (N - rank[active]) / counts[active]
+    cost = weight[:, None] * np.arange(F)[None, :] / max(N * F, 1)
+    x = cp.Variable((active.size, F), boolean=True)
+    cons = [cp.sum(x, axis=1) == counts[active].astype(np.float64), width[active].astype(np.float64) @ x <= num_gpus]
+    problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(cost, x))), cons)
+    solver = choose_solver(config.solver)
+    opts = solver_options(
+        solver,
+        rel_gap=config.rel_gap,
+        node_limit=config.node_limit,
+        time_limit_s=config.time_limit_s if config.live else None,
+        threads=config.threads,
+        seed=config.seed,
+    )
+    try:
+        problem.solve(solver=solver, **opts)
+    except Exception as err:  # noqa: BLE001
+        log.warning("shockwave_rank_milp_failed", reason=f"{type(err).__name__}: {err}")
+        return None
+    if x.value is None:
+        return None
+    xv = np.rint(np.asarray(x.value)).astype(bool)
+    if not (xv.sum(axis=1) == counts[active]).all() or np.any(width[active] @ xv > num_gpus):
+        return None
+    out[active] = xv
+    return out
 
 
 def work_conserve(x: np.ndarray, width: np.ndarray, remaining_s: np.ndarray, num_gpus: int) -> np.ndarray:
@@ -482,6 +541,19 @@ def solve_counts(
         M = np.array([(tables.width[jk] >= c) * w[jk] * nk for c, _ in classes], dtype=np.float64)
         caps = np.array([F * cap for _, cap in classes])
         cons.append(sp.csr_matrix(M) @ y <= caps)
+        # Jobs wider than G/2 never share a round with each other, nor with a job j when
+        # w_j + w_k > G: n_j + sum of such n_k <= F (binds only on small clusters).
+        big = tables.width * 2 > num_gpus
+        if big.sum() > 1:
+            cons.append(sp.csr_matrix((big[jk] * nk).astype(np.float64)[None, :]) @ y <= F)
+        conflict = (tables.width[:, None] + tables.width[None, :] > num_gpus) & big[None, :]
+        np.fill_diagonal(conflict, False)
+        lonely = np.flatnonzero(conflict.any(axis=1))
+        if lonely.size:
+            C = conflict[lonely].astype(np.float64)  # (J, N)
+            C[np.arange(lonely.size), lonely] = 1.0
+            rows_c = sp.csr_matrix(C) @ count_of  # (J, K): n_j + sum_k C n_k
+            cons.append(rows_c @ y <= F)
     else:
         x = cp.Variable((N, F), boolean=True)
         cons += [cp.sum(x, axis=1) == count_of @ y, w @ x <= num_gpus]
@@ -574,8 +646,21 @@ def plan_window(
     shortfall = 0
     if x is None or x.shape != (N, F) or np.any(tables.width @ x > num_gpus):
         x, shortfall = pack_counts(counts, tables.width, order, num_gpus, F, config.reopt_rounds)
+        if shortfall and path != "greedy":
+            exact = rank_milp(counts, tables.width, order, num_gpus, config)
+            if exact is not None:
+                x, shortfall = exact, 0
+        if shortfall and path != "greedy" and config.formulation == "round_count":
+            # The counts admit no packing: solve the time-indexed model of the same path.
+            try:
+                ti = ShockwaveConfig(**{**_config_dict(config), "formulation": "time_indexed"})
+                counts, x = solve_counts(tables, num_gpus=num_gpus, config=ti, with_fairness=path == "constrained")
+                shortfall = 0
+            except SolverFailure as err:
+                log.warning("shockwave_time_indexed_failed", round_index=round_index, reason=str(err))
         if shortfall:
             log.warning("shockwave_packing_shortfall", round_index=round_index, dropped=shortfall, path=path)
+        solve_s = time.perf_counter() - t0
     placed = x.sum(axis=1).astype(np.int64)
     objective = evaluate_counts(tables, placed, config)
     full = work_conserve(x, tables.width, tables.remaining, num_gpus)
@@ -597,6 +682,10 @@ def plan_window(
         shortfall=shortfall,
         priorities={ids[j]: float(tables.priority[j]) for j in range(N)},
     )
+
+
+def _config_dict(config: ShockwaveConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in ShockwaveConfig.__dataclass_fields__}
 
 
 # ---------------------------------------------------------------------------------- the policy

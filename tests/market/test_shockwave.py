@@ -1,0 +1,211 @@
+"""Shockwave planner: capacity, fairness constraints, fallback, greedy path, cross-check, policy triggers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from market.base import JobView, RoundContext
+from market.shockwave import ShockwaveConfig, ShockwavePolicy, pack_counts, plan_window, tabulate
+from market.solver import choose_solver, solver_options
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    scale_factor: int
+    num_epochs: int
+    epochs_done: int
+    remaining_s: float
+    mean_epoch_s: float
+    target_finish_s: float
+
+
+def _random_jobs(rng: np.random.Generator, n: int, widths=(1, 2, 4), now: float = 1000.0) -> list[Job]:
+    jobs = []
+    for i in range(n):
+        E = int(rng.integers(2, 40))
+        p = int(rng.integers(0, E))
+        d = float(rng.uniform(20.0, 200.0))
+        R = (E - p) * d * float(rng.uniform(0.6, 1.4))
+        jobs.append(Job(i, int(rng.choice(widths)), E, p, R, d, now + R * float(rng.uniform(0.3, 4.0))))
+    return jobs
+
+
+def _plan(jobs, G, config, now=1000.0, L=100.0):
+    return plan_window(jobs, num_gpus=G, round_index=10, now_s=now, round_duration_s=L, config=config)
+
+
+def _check_capacity(plan, jobs, G):
+    width = {j.job_id: j.scale_factor for j in jobs}
+    for r in plan.rounds:
+        assert len(set(r)) == len(r)
+        assert sum(width[j] for j in r) <= G
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 25), G=st.sampled_from([4, 8, 16, 32]),
+       formulation=st.sampled_from(["round_count", "time_indexed"]))
+def test_plan_never_exceeds_capacity(seed, n, G, formulation):
+    jobs = _random_jobs(np.random.default_rng(seed), n, widths=(1, 2, 4, 8))
+    cfg = ShockwaveConfig(future_rounds=6, formulation=formulation, lam=2.0)
+    plan = _plan(jobs, G, cfg)
+    assert len(plan.rounds) == 6
+    _check_capacity(plan, jobs, G)
+    # a job wider than the cluster is never planned
+    assert all(plan.counts[j.job_id] == 0 for j in jobs if j.scale_factor > G)
+
+
+def _binding_instance():
+    # G = 1, F = 4, L = 100 s. Job 0 must finish by 250 s (2 rounds); job 1's target is far away.
+    return [
+        Job(0, 1, 10, 0, 200.0, 20.0, 250.0),
+        Job(1, 1, 4, 0, 400.0, 100.0, 10_000.0),
+    ]
+
+
+def test_fairness_constraint_binds_and_holds():
+    jobs = _binding_instance()
+    free = _plan(jobs, 1, ShockwaveConfig(future_rounds=4, lam=0.0, rhomax=100.0), now=0.0)
+    assert free.counts == {0: 1, 1: 3}  # the market alone prefers to shorten the longest leftover
+    plan = _plan(jobs, 1, ShockwaveConfig(future_rounds=4, lam=0.0, rhomax=1.0), now=0.0)
+    assert plan.path == "constrained"
+    assert plan.counts == {0: 2, 1: 2}
+    # and job 0's rounds come first (its target is the nearest)
+    assert plan.rounds[0] == [0] and plan.rounds[1] == [0]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 12), G=st.sampled_from([2, 4, 8]))
+def test_fairness_constraints_hold_whenever_feasible(seed, n, G):
+    jobs = _random_jobs(np.random.default_rng(seed), n, now=0.0)
+    cfg = ShockwaveConfig(future_rounds=5, lam=3.0)
+    plan = _plan(jobs, G, cfg, now=0.0)
+    tables = tabulate(jobs, num_gpus=G, now_s=0.0, round_duration_s=100.0, config=cfg)
+    if plan.path == "constrained":
+        for i, job in enumerate(jobs):
+            if tables.constrained[i]:
+                assert plan.counts[job.job_id] >= tables.n_min[i]
+    else:
+        assert plan.path == "fallback" and plan.reason
+    _check_capacity(plan, jobs, G)
+
+
+def test_fallback_when_fairness_constraints_conflict():
+    # Both jobs must finish inside the window (3 of 4 rounds each) on one GPU: impossible.
+    jobs = [Job(0, 1, 3, 0, 300.0, 100.0, 320.0), Job(1, 1, 3, 0, 300.0, 100.0, 330.0)]
+    plan = _plan(jobs, 1, ShockwaveConfig(future_rounds=4), now=0.0)
+    assert plan.path == "fallback"
+    assert "capacity" in plan.reason
+    assert sum(plan.counts.values()) == 4
+    _check_capacity(plan, jobs, 1)
+    # the job with the nearer target (higher rho, higher priority) runs first
+    assert plan.rounds[0] == [0]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 7), G=st.sampled_from([2, 4, 8]), F=st.integers(2, 5))
+def test_round_count_matches_time_indexed_optimum(seed, n, G, F):
+    jobs = _random_jobs(np.random.default_rng(seed), n)
+    exact = dict(future_rounds=F, rel_gap=1e-9, node_limit=None, lam=2.0)
+    rc = _plan(jobs, G, ShockwaveConfig(formulation="round_count", **exact))
+    ti = _plan(jobs, G, ShockwaveConfig(formulation="time_indexed", **exact))
+    assert rc.path == ti.path
+    assert rc.shortfall == 0
+    assert rc.objective == pytest.approx(ti.objective, rel=1e-6, abs=1e-7)
+
+
+def test_solver_failure_gives_greedy_plan(monkeypatch):
+    import cvxpy
+
+    def boom(self, *args, **kwargs):
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr(cvxpy.Problem, "solve", boom)
+    jobs = _random_jobs(np.random.default_rng(3), 12, widths=(1, 2, 4, 8))
+    plan = _plan(jobs, 8, ShockwaveConfig(future_rounds=5))
+    assert plan.path == "greedy"
+    assert "solver exploded" in plan.reason
+    _check_capacity(plan, jobs, 8)
+    assert all(len(r) > 0 for r in plan.rounds)
+
+
+def test_plan_is_deterministic():
+    jobs = _random_jobs(np.random.default_rng(11), 20, widths=(1, 2, 4, 8))
+    a = _plan(jobs, 16, ShockwaveConfig(future_rounds=8))
+    b = _plan(jobs, 16, ShockwaveConfig(future_rounds=8))
+    assert a.rounds == b.rounds and a.counts == b.counts and a.objective == b.objective
+
+
+def test_work_conservation_fills_idle_gpus():
+    # one short job on 4 GPUs: the market gives it 1 round, work conservation the rest
+    jobs = [Job(0, 1, 1, 0, 50.0, 50.0, 10_000.0)]
+    plan = _plan(jobs, 4, ShockwaveConfig(future_rounds=3))
+    assert plan.counts == {0: 1}
+    assert plan.rounds == [[0], [0], [0]]
+
+
+def test_pack_counts_places_everything_when_classes_allow():
+    width = np.array([2, 2, 2, 1, 1, 1, 1, 4])
+    counts = np.array([3, 4, 1, 4, 2, 3, 3, 2])  # 16 + 12 + 8 = 36 <= 4 rounds x 10 GPUs? use G = 10
+    x, shortfall = pack_counts(counts, width, np.arange(8), 10, 4)
+    assert shortfall == 0
+    assert (x.sum(axis=1) == counts).all()
+    assert (width @ x <= 10).all()
+
+
+def test_solver_selection():
+    assert choose_solver("auto") == "HIGHS"
+    assert choose_solver("highs") == "HIGHS"
+    with pytest.raises(ValueError):
+        choose_solver("GUROBI")
+    opts = solver_options("HIGHS", rel_gap=1e-3, node_limit=100, time_limit_s=None, threads=1, seed=0)
+    assert opts["mip_max_nodes"] == 100 and opts["threads"] == 1 and "time_limit" not in opts
+
+
+def test_config_from_reference_json():
+    cfg = ShockwaveConfig.from_reference({"k": 1e5, "lambda": 5, "rhomax": 1.0, "future_rounds": 20,
+                                          "solver_rel_gap": 1e-3, "solver_timeout": 15, "gpu_ram": 16})
+    assert (cfg.k, cfg.lam, cfg.future_rounds, cfg.time_limit_s) == (1e5, 5.0, 20, 15.0)
+    with pytest.raises(ValueError):
+        ShockwaveConfig(formulation="nope")
+
+
+def _view(job_id: int, sf: int = 1) -> JobView:
+    return JobView(job_id=job_id, model="m", batch_size=32, scale_factor=sf, throughput=1.0,
+                   total_steps=1000, steps_done=0, arrival_s=0.0)
+
+
+def test_policy_replans_on_triggers_and_serves_cache():
+    pol = ShockwavePolicy(ShockwaveConfig(future_rounds=10, reopt_rounds=4))
+    jobs = {i: _view(i, 1 + (i % 2)) for i in range(5)}
+
+    def ctx(r, **kw):
+        base = dict(round_index=r, now_s=100.0 * r, round_duration_s=100.0, num_gpus=4, jobs=jobs)
+        base.update(kw)
+        return RoundContext(**base)
+
+    sel = pol.select(ctx(0, arrived=list(jobs)))
+    assert sum(jobs[j].scale_factor for j in sel) <= 4
+    assert pol.stats["replans"] == 1
+    pol.select(ctx(1))
+    pol.select(ctx(2))
+    assert pol.stats["replans"] == 1  # cached
+    pol.select(ctx(3, batch_size_changed=[1]))
+    assert pol.stats["replans"] == 2
+    pol.select(ctx(4, lost_gpus=1, num_gpus=3))
+    assert pol.stats["replans"] == 3
+    for r in range(5, 8):
+        pol.select(ctx(r, num_gpus=3))
+    assert pol.stats["replans"] == 3
+    pol.select(ctx(8, num_gpus=3))  # reopt_rounds after the last re-plan
+    assert pol.stats["replans"] == 4
+    del jobs[0]
+    sel = pol.select(ctx(9, num_gpus=3, completed=[0]))
+    assert pol.stats["replans"] == 5 and 0 not in sel
+    assert pol.stats["constrained"] + pol.stats["fallback"] + pol.stats["greedy"] == 5
+    assert len(pol.stats["solve_s"]) == 5
