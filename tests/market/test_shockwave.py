@@ -47,7 +47,7 @@ def _check_capacity(plan, jobs, G):
         assert sum(width[j] for j in r) <= G
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 25), G=st.sampled_from([4, 8, 16, 32]),
        formulation=st.sampled_from(["round_count", "time_indexed"]))
 def test_plan_never_exceeds_capacity(seed, n, G, formulation):
@@ -79,7 +79,7 @@ def test_fairness_constraint_binds_and_holds():
     assert plan.rounds[0] == [0] and plan.rounds[1] == [0]
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 12), G=st.sampled_from([2, 4, 8]))
 def test_fairness_constraints_hold_whenever_feasible(seed, n, G):
     jobs = _random_jobs(np.random.default_rng(seed), n, now=0.0)
@@ -107,7 +107,7 @@ def test_fallback_when_fairness_constraints_conflict():
     assert plan.rounds[0] == [0]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 7), G=st.sampled_from([2, 4, 8]), F=st.integers(2, 5))
 def test_round_count_matches_time_indexed_optimum(seed, n, G, F):
     jobs = _random_jobs(np.random.default_rng(seed), n)
