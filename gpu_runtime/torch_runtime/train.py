@@ -129,13 +129,24 @@ class _Gang:
 
 
 def run(args: argparse.Namespace, spec: LeaseSpec | None) -> int:
-    """One lease of training; returns the exit code (see module docstring)."""
+    """One lease of training; returns the exit code (see module docstring).
+
+    SIGTERM is caught (and turned into a checkpointed preemption) from the
+    start of the call until it returns; the previous handler is restored.
+    """
+    flag = PreemptionFlag().install()  # before anything slow, so an early SIGTERM is not fatal
+    try:
+        return _run(args, spec, flag)
+    finally:
+        flag.restore()
+
+
+def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag) -> int:
     backend = spec.backend if spec else os.environ.get("SHOCKWAVE_BACKEND", "gloo")
     gang = _Gang(backend)
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
     if threads or gang.device.type == "cpu":
         torch.set_num_threads(threads or 1)
-    flag = PreemptionFlag().install()
     ckpt_dir = args.checkpoint_dir or (spec.checkpoint_dir if spec else None)
     if not ckpt_dir:
         raise SystemExit("no checkpoint directory: pass --checkpoint-dir or set SHOCKWAVE_CHECKPOINT_DIR")
@@ -198,6 +209,8 @@ def run(args: argparse.Namespace, spec: LeaseSpec | None) -> int:
         if new == old:
             return
         loader.batch_size = new
+        if gns is not None:
+            gns.batch_size = new
         scale_learning_rate(optimizer, old, new)
         it.set_batch_size(new, mode=mode, statistic=statistic)  # type: ignore[arg-type]
         changes.append((it.job_steps, old, new))
@@ -247,7 +260,7 @@ def run(args: argparse.Namespace, spec: LeaseSpec | None) -> int:
     except BaseException as exc:
         if gang.rank == 0:
             it.finish("failed", message=repr(exc)[:500])
-        flag.restore()
+        gang.close()
         raise
 
     reason = it.stop_reason or "lease_end"
@@ -277,7 +290,6 @@ def run(args: argparse.Namespace, spec: LeaseSpec | None) -> int:
     if gang.rank == 0:
         it.finish(reason, checkpoint_path=str(path))
     gang.close()
-    flag.restore()
     return EXIT_COMPLETED if completed else EXIT_LEASE_END
 
 
