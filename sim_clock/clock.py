@@ -54,6 +54,11 @@ class Clock(Protocol):
         """Context manager that freezes virtual time while real work runs (no-op on wall time)."""
         ...
 
+    async def wait_idle(self) -> None:
+        """Return once nothing else can run at the current instant (virtual time); on wall
+        time just yield once."""
+        ...
+
 
 def _wake(fut: asyncio.Future) -> None:
     if not fut.done():
@@ -123,6 +128,10 @@ class VirtualClock(Clock):
         """Freeze virtual time while real work (a thread) runs; see ``VirtualEventLoop.hold``."""
         return self._loop._hold_cm
 
+    async def wait_idle(self) -> None:
+        """Wait until everything due at the current virtual time has run (``VirtualEventLoop.idle_future``)."""
+        await self._loop.idle_future()
+
     def __repr__(self) -> str:
         return f"VirtualClock(now={self._loop._vtime!r})"
 
@@ -166,6 +175,10 @@ class WallClock(Clock):
     def hold(self) -> ContextManager[None]:
         """No-op context manager (real time cannot be frozen)."""
         return _NULL_HOLD
+
+    async def wait_idle(self) -> None:
+        """Yield once (real time has no "instant" to finish)."""
+        await asyncio.sleep(0)
 
     def __repr__(self) -> str:
         return "WallClock()"

@@ -24,6 +24,17 @@ keeps it and changes two things:
    so ``_run_once`` then fires that timer in the same iteration.  When
    ``timeout is None`` and nothing can ever wake the loop it raises
    :class:`DeadlockError`.
+3. ``_clock_resolution`` is kept at one ulp of the current virtual time, so a
+   timer fires exactly when ``when <= time()``.  (asyncio's default, the 1 ns
+   resolution of the monotonic clock, is below one ulp beyond ~1e7 s: a timer
+   at an epoch-sized virtual time would never become due and the loop would
+   spin.)
+4. ``call_at`` (used by ``call_later``, ``asyncio.sleep`` and timeouts)
+   builds timer handles ordered by ``(when, sequence)``: timers due at the
+   same instant run first-in first-out (asyncio alone does not guarantee it).
+
+Before jumping, the loop resolves the futures handed out by
+:meth:`VirtualEventLoop.idle_future` (an "end of this instant" barrier).
 
 The added cost is one Python call per iteration on top of asyncio's own
 ``select(0)``; the wrapper allocates nothing.
@@ -53,6 +64,8 @@ virtual time).  ``shutdown_default_executor`` holds the clock itself.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import math
 import selectors
 import threading
@@ -67,6 +80,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_ulp = math.ulp
 
 # How many pending tasks a deadlock message lists before summarising.
 _MAX_TASKS_IN_MESSAGE = 20
@@ -141,15 +155,57 @@ class _VirtualSelector(selectors.BaseSelector):
             # loop._ready: a thread appended a callback but has not yet
             # written to the self-pipe.
             return events
+        if loop._idle_waiters:
+            # Everything due at this instant has run: wake the idle waiters
+            # (their callbacks land in _ready) instead of moving time on.
+            loop._wake_idle_waiters()
+            return events
         if timeout is not None:
             when = loop._scheduled[0]._when
             if when > loop._vtime:
                 loop._vtime = when
+                # _run_once fires timers with when < time() + _clock_resolution;
+                # keep that exactly "when <= now" however large now grows.
+                loop._clock_resolution = _ulp(when)
             return events
         if loop._executor_jobs:
             # Nothing virtual left to do; an executor thread will call back.
             return inner.select(None)
         raise DeadlockError(loop._deadlock_message())
+
+
+class _FifoTimerHandle(asyncio.TimerHandle):
+    """Timer handle ordered by (when, creation sequence).
+
+    asyncio orders its timer heap by ``when`` alone and ``heapq`` is not
+    stable, so timers due at the same instant would run in an arbitrary
+    order; a discrete-event simulation needs them first-in first-out.
+    """
+
+    __slots__ = ("_seq",)
+
+    def __init__(self, when, callback, args, loop, context, seq):
+        super().__init__(when, callback, args, loop, context)
+        self._seq = seq
+
+    def __lt__(self, other):
+        w = self._when
+        o = other._when
+        return w < o or (w == o and self._seq < other._seq)
+
+    def __gt__(self, other):
+        w = self._when
+        o = other._when
+        return w > o or (w == o and self._seq > other._seq)
+
+    def __le__(self, other):
+        return not self.__gt__(other)
+
+    def __ge__(self, other):
+        return not self.__lt__(other)
+
+    __eq__ = asyncio.TimerHandle.__eq__
+    __hash__ = asyncio.TimerHandle.__hash__
 
 
 class _Hold:
@@ -195,21 +251,42 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
     def __init__(self, start: float = 0.0, selector: selectors.BaseSelector | None = None) -> None:
         start = float(start)
-        if not math.isfinite(start):
-            raise ValueError(f"VirtualEventLoop start time must be finite, got {start!r}")
         self._vtime = start
         self._hold_count = 0
         self._hold_lock = threading.Lock()
         self._executor_jobs = 0
+        self._timer_seq = itertools.count()
+        self._idle_waiters: list[asyncio.Future] = []
         self._virtual_clock = None  # filled lazily by sim_clock.clock.get_clock
         wrapper = _VirtualSelector(selector if selector is not None else selectors.DefaultSelector())
         super().__init__(selector=wrapper)
         wrapper._loop = self
+        # Fire a timer exactly when its time has come (see _VirtualSelector.select);
+        # the default (1 ns, the monotonic clock's) is below one ulp beyond ~1e7 s.
+        self._clock_resolution = _ulp(start) if math.isfinite(start) else 0.0
+        if not math.isfinite(start):
+            self.close()
+            raise ValueError(f"VirtualEventLoop start time must be finite, got {start!r}")
         self._hold_cm = _Hold(self)
 
     def time(self) -> float:
         """Current virtual time in seconds."""
         return self._vtime
+
+    def call_at(self, when, callback, *args, context=None):
+        """Like ``BaseEventLoop.call_at``; timers due at the same time run FIFO."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_at")
+        timer = _FifoTimerHandle(when, callback, args, self, context, next(self._timer_seq))
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
+        heapq.heappush(self._scheduled, timer)
+        timer._scheduled = True
+        return timer
 
     def hold(self) -> _Hold:
         """Context manager freezing virtual time while real work runs.
@@ -227,6 +304,24 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     def held(self) -> bool:
         """True while at least one ``hold()`` is active."""
         return self._hold_count > 0
+
+    def idle_future(self) -> asyncio.Future:
+        """A future resolved once nothing else can run at the current virtual time.
+
+        The loop resolves idle futures just before it would otherwise jump to the next timer
+        (or declare a deadlock), so a waiter sees every callback, timer and message hop
+        scheduled for this instant first: the "end of time step" barrier of a discrete-event
+        simulation.
+        """
+        fut = self.create_future()
+        self._idle_waiters.append(fut)
+        return fut
+
+    def _wake_idle_waiters(self) -> None:
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     def run_in_executor(self, executor, func, *args):
         """Like ``BaseEventLoop.run_in_executor``; the job is tracked.

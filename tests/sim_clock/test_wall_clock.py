@@ -1,0 +1,43 @@
+"""WallClock: real time, epoch seconds, no-op hold."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from sim_clock import Clock, VirtualClock, WallClock, get_clock
+
+
+async def test_get_clock_on_a_normal_loop_is_wall_clock():
+    clock = get_clock()
+    assert isinstance(clock, WallClock)
+    assert not clock.virtual
+    assert isinstance(clock, Clock)
+
+
+async def test_wall_clock_now_is_epoch_seconds_and_sleep_waits():
+    clock = WallClock()
+    before = time.time()
+    now = clock.now()
+    assert before <= now <= time.time()
+    start_loop = asyncio.get_running_loop().time()
+    await clock.sleep(0.01)
+    assert asyncio.get_running_loop().time() - start_loop >= 0.009
+    await clock.sleep_until(clock.now() - 100.0)  # past: returns at once
+    await clock.sleep_until(clock.now() + 0.01)
+    with pytest.raises(ValueError):
+        await clock.sleep(float("nan"))
+
+
+def test_wall_clock_hold_is_a_reusable_no_op():
+    clock = WallClock()
+    with clock.hold():
+        with clock.hold():
+            pass
+
+
+def test_both_clocks_satisfy_the_protocol():
+    assert isinstance(WallClock(), Clock)
+    assert Clock in VirtualClock.__mro__ and Clock in WallClock.__mro__
