@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import threading
 import time
 
@@ -338,3 +339,47 @@ def test_loop_used_directly_and_through_policy():
         loop.close()
     with pytest.raises(ValueError):
         VirtualEventLoop(start=float("inf"))
+
+
+def test_epoch_sized_virtual_times_fire_timers_exactly():
+    # One ulp at 1.7e9 s is ~2.4e-7 s, far above asyncio's 1 ns resolution.
+    start = 1_700_000_000.0
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        clock = get_clock()
+        fired = []
+        loop.call_at(start, fired.append, "now")
+        await clock.sleep(0.5)
+        await clock.sleep_until(start + 1e-3)
+        for _ in range(10):
+            await clock.sleep(1e-6)
+        return fired, clock.now()
+
+    fired, end = run_virtual(main(), start=start)
+    assert fired == ["now"]
+    assert end >= start + 0.5
+
+
+def test_io_is_polled_before_time_jumps():
+    async def main():
+        loop = asyncio.get_running_loop()
+        clock = get_clock()
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        got = loop.create_future()
+
+        def on_readable():
+            loop.remove_reader(a.fileno())
+            got.set_result((a.recv(16), clock.now()))
+
+        try:
+            loop.add_reader(a.fileno(), on_readable)
+            loop.call_at(100.0, lambda: None)  # a later timer the loop could jump to
+            b.send(b"ping")
+            return await got
+        finally:
+            a.close()
+            b.close()
+
+    assert run_virtual(main()) == (b"ping", 0.0)
