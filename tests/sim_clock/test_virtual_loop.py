@@ -335,6 +335,8 @@ def test_loop_used_directly_and_through_policy():
         loop.call_later(5.0, loop.stop)
         loop.run_forever()
         assert loop.time() == 35.0
+        with pytest.raises(ValueError):
+            loop.call_at(float("nan"), lambda: None)
     finally:
         loop.close()
     with pytest.raises(ValueError):
