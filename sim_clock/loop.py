@@ -1,7 +1,7 @@
 """A selector event loop whose time is virtual (ARCHITECTURE.md "Time").
 
-How it works (CPython 3.11, also valid for 3.12/3.13)
------------------------------------------------------
+How it works (written and tested against CPython 3.11)
+------------------------------------------------------
 ``BaseEventLoop._run_once`` is the only place asyncio waits.  Each iteration it
 computes a ``timeout`` and calls ``self._selector.select(timeout)``:
 
