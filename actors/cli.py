@@ -1,0 +1,135 @@
+"""The ``shockwave`` command line.
+
+``shockwave simulate`` replays a trace under virtual time (see README "Command line").
+Bad input stops with one line naming the file, line and field, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> int:
+    print(f"shockwave: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _simulate_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="replay a trace under virtual time and print the metrics")
+    p.add_argument("--trace", help="trace file (default: the bundled canonical 120-job trace)")
+    p.add_argument("--throughputs", help="throughput table JSON (default: from the configuration)")
+    p.add_argument("--policy", help="scheduling policy (default: from the configuration)")
+    p.add_argument("--config", help="TOML configuration (default: the bundled paper configuration)")
+    p.add_argument("--gpus", type=int, help="number of GPUs (default: from the configuration)")
+    p.add_argument("--out", help="folder for results.json and results.png")
+    p.add_argument("--seed", type=int, help="random seed (default: from the configuration)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--log-level", default="warning", help="structlog level on stderr (default: warning)")
+
+
+def summary_rows(results: dict) -> list[tuple[str, str]]:
+    """(metric, value) rows of the summary table."""
+    return [
+        ("policy", results["policy"]),
+        ("jobs / GPUs", f"{results['num_jobs']} / {results['num_gpus']}"),
+        ("makespan", f"{results['makespan_s']:,.1f} s"),
+        ("average JCT", f"{results['avg_jct_s']:,.1f} s"),
+        ("worst ρ", f"{results['worst_rho']:.3f}"),
+        ("median ρ", f"{results['median_rho']:.3f}"),
+        ("unfair (ρ > 1.05)", f"{100 * results['unfair_fraction_1_05']:.1f} %"),
+        ("unfair (ρ > 1.1)", f"{100 * results['unfair_fraction_1_1']:.1f} %"),
+        ("GPU utilization", f"{100 * results['gpu_utilization']:.1f} %"),
+        ("rounds", str(results["num_rounds"])),
+        ("policy time / round", f"{1000 * results['policy_wall_s_per_round_p50']:.2f} ms p50, "
+         f"{1000 * results['policy_wall_s_per_round_max']:.1f} ms max"),
+        ("wall time", f"{results['wall_time_s']:.2f} s"),
+    ]
+
+
+def print_summary(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Shockwave simulation", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in summary_rows(results):
+        table.add_row(name, value)
+    Console(file=sys.stdout).print(table)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from actors.logs import configure_logging
+    from actors.simulate import resolve_run, simulate
+    from market.registry import UnknownPolicyError
+    from workloads.errors import InputError
+
+    configure_logging(args.log_level)
+    try:
+        spec = resolve_run(
+            args.config, trace=args.trace, throughputs=args.throughputs, policy=args.policy,
+            num_gpus=args.gpus, seed=args.seed,
+        )
+    except (InputError, UnknownPolicyError) as exc:
+        return _fail(str(exc))
+    progress = None
+    on_round = None
+    if not args.no_progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("jobs done · virtual t = {task.fields[t]}"), TimeElapsedColumn(),
+            console=Console(stderr=True), transient=True,
+        )
+        task = progress.add_task(spec.policy, total=None, t="0 s")
+
+        def on_round(round_index: int, now: float, done: int, total: int | None) -> None:
+            if round_index % 5 == 0 or done == total:
+                progress.update(task, completed=done, total=total, t=f"{now:,.0f} s")
+
+        progress.start()
+    try:
+        results = simulate(spec, on_round=on_round)
+    except InputError as exc:
+        return _fail(str(exc))
+    finally:
+        if progress is not None:
+            progress.stop()
+    print_summary(results)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+        from actors.plots import plot_results
+
+        plot_results(results, out / "results.png")
+        print(f"wrote {out / 'results.json'} and {out / 'results.png'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shockwave", description="Shockwave GPU-cluster scheduler")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _simulate_parser(sub)
+    return parser
+
+
+COMMANDS = {"simulate": cmd_simulate}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return COMMANDS[args.command](args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Run configuration: one TOML file, validated against a schema (unknown keys are errors).
+
+Each section maps onto the knob dataclass of the component that owns it, so a knob is
+declared once, where it is used:
+
+=================  =========================================================
+section            owner
+=================  =========================================================
+``[simulation]``   :class:`SimulationSection` (trace, throughputs, GPUs, policy, seed)
+``[rounds]``       :class:`actors.clearinghouse.ClearinghouseConfig`
+``[emulation]``    :class:`gpu_runtime.emulated.EmulationConfig`
+``[gavel]``        :class:`market.gavel.GavelConfig`
+``[shockwave]``    :class:`market.shockwave.ShockwaveConfig`
+``[predictor]``    :class:`predictor.PredictorConfig`
+=================  =========================================================
+
+Relative paths in ``[simulation]`` are resolved against the configuration file's folder.
+Errors are :class:`workloads.errors.InputError` naming the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import tomllib
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from workloads.errors import InputError
+
+BUNDLED = resources.files("configs")
+DEFAULT_CONFIG = "paper_32gpus.toml"
+
+
+class SimulationSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``[simulation]``: what to replay and on how many GPUs."""
+
+    trace: str = "data/120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace"
+    throughputs: str = "data/tacc_throughputs.json"
+    num_gpus: int = 32
+    policy: str = "max_min_fairness"
+    seed: int = 0
+
+
+def _section_struct(name: str, cls: type) -> type[msgspec.Struct]:
+    """A msgspec Struct with ``cls``'s dataclass fields (same names, types and defaults)."""
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            fields.append((f.name, hints[f.name]))
+            continue
+        fields.append((f.name, hints[f.name], default))
+    return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True)
+
+
+@functools.cache
+def _owners() -> dict[str, type]:
+    from actors.clearinghouse import ClearinghouseConfig
+    from gpu_runtime.emulated import EmulationConfig
+    from market.gavel import GavelConfig
+    from market.shockwave import ShockwaveConfig
+    from predictor import PredictorConfig
+
+    return {
+        "rounds": ClearinghouseConfig,
+        "emulation": EmulationConfig,
+        "gavel": GavelConfig,
+        "shockwave": ShockwaveConfig,
+        "predictor": PredictorConfig,
+    }
+
+
+@functools.cache
+def _schema() -> type[msgspec.Struct]:
+    fields: list[tuple] = [("simulation", SimulationSection, msgspec.field(default_factory=SimulationSection))]
+    for section, cls in _owners().items():
+        struct = _section_struct(section, cls)
+        fields.append((section, struct, msgspec.field(default_factory=struct)))
+    return msgspec.defstruct("RunConfigFile", fields, kw_only=True, forbid_unknown_fields=True)
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """A validated configuration: the ``[simulation]`` section and each owner's knob object."""
+
+    source: str
+    simulation: SimulationSection
+    rounds: Any
+    emulation: Any
+    gavel: Any
+    shockwave: Any
+    predictor: Any
+    base_dir: Path
+
+    def path(self, value: str) -> Path:
+        """Resolve a path from the file (relative to the configuration's folder)."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+    def as_dict(self) -> dict:
+        out = {"simulation": msgspec.to_builtins(self.simulation)}
+        for section in _owners():
+            out[section] = _jsonable(dataclasses.asdict(getattr(self, section)))
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _line_of(text: str, key: str | None) -> int | None:
+    if not key:
+        return None
+    pattern = re.compile(rf"^\s*(\[{re.escape(key)}\]|{re.escape(key)}\s*=)", re.M)
+    m = pattern.search(text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+def _validation_error(source: str, text: str, exc: msgspec.ValidationError) -> InputError:
+    message = str(exc)
+    path = re.search(r"at `\$\.([^`]*)`", message)
+    key = None
+    unknown = re.search(r"unknown field `([^`]+)`", message)
+    if unknown:
+        key = unknown.group(1)
+        where = path.group(1) if path else ""
+        field = f"{where}.{key}" if where else key
+        return InputError(source, f"unknown configuration key {field!r}", line=_line_of(text, key), field=field)
+    field = path.group(1) if path else None
+    if field:
+        key = field.split(".")[-1]
+    detail = message.split(" - at ")[0]
+    return InputError(source, detail, line=_line_of(text, key), field=field)
+
+
+def load_config(path: str | Path | None = None) -> RunConfig:
+    """Read and validate a configuration file (default: the bundled paper configuration).
+
+    Raises:
+        InputError: unreadable file, bad TOML, unknown key, wrong type or invalid value.
+    """
+    if path is None:
+        source_path = Path(str(BUNDLED / DEFAULT_CONFIG))
+    else:
+        source_path = Path(path)
+    source = str(source_path)
+    try:
+        text = source_path.read_text()
+    except OSError as exc:
+        raise InputError(source, f"cannot read configuration: {exc.strerror or exc}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise InputError(source, f"invalid TOML: {exc}", line=int(m.group(1)) if m else None) from None
+    try:
+        parsed = msgspec.convert(raw, _schema())
+    except msgspec.ValidationError as exc:
+        raise _validation_error(source, text, exc) from None
+    sections: dict[str, Any] = {}
+    for section, cls in _owners().items():
+        values = msgspec.structs.asdict(getattr(parsed, section))
+        try:
+            sections[section] = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        except (TypeError, ValueError) as exc:
+            raise InputError(source, str(exc), line=_line_of(text, section), field=section) from None
+    return RunConfig(
+        source=source,
+        simulation=parsed.simulation,
+        base_dir=source_path.resolve().parent,
+        **sections,
+    )

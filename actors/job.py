@@ -1,0 +1,155 @@
+"""Job actors: one per admitted job; they own its training state.
+
+A job actor receives its lease reports, keeps steps, batch size, run time and completion, and
+tells the clearinghouse (and the predictor, when there is one) with :class:`JobProgress`.
+
+Rules (SHOCKWAVE_REFERENCE.md §2.4, §3.5):
+
+* steps run are added; the job completes when no step is left, or — the reference's
+  "deadline" — when its cumulative run time exceeds ``int(completion_cap_factor × isolated
+  runtime)`` (knob; None disables);
+* a batch-size change asked for by the lease is applied after it: the throughput becomes the
+  table's value for the new batch size (the change is reverted when the table has none), and
+  total steps and progress are rescaled keeping the epoch count (ceil quirk included);
+* without a throughput table entry (live jobs), the throughput is an exponential moving
+  average (α = 0.5, the reference's physical mode) of measured steps/s.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from actors.actor import Actor, handles
+from actors.messages import JobProgress, JobSpec, LeaseReport
+from workloads.adaptation import rescale_for_batch_size_change
+from workloads.models import SAMPLES_PER_EPOCH, steps_per_epoch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from actors.bus import Bus
+    from workloads.throughputs import ThroughputTable
+
+EMA_ALPHA = 0.5
+
+
+class JobActor(Actor):
+    """State of one job; address ``job/<id>``.
+
+    Args:
+        job_id: cluster-wide id.
+        spec: what was submitted.
+        bus: the bus.
+        throughputs: oracle table (simulation) or None.
+        throughput: initial steps/s estimate of the whole gang.
+        isolated_runtime_s: for the completion cap (None: no cap).
+        completion_cap_factor: the cap's factor (reference 1.5) or None.
+        clearinghouse, predictor: addresses to report to (predictor None: none).
+        max_failures: consecutive failed leases after which the job is marked failed (reference
+            ``MAX_FAILED_ATTEMPTS`` = 5).
+    """
+
+    def __init__(
+        self,
+        job_id: int,
+        spec: JobSpec,
+        bus: "Bus",
+        *,
+        throughputs: "ThroughputTable | None",
+        throughput: float,
+        isolated_runtime_s: float | None,
+        completion_cap_factor: float | None,
+        clearinghouse: str = "clearinghouse",
+        predictor: str | None = None,
+        max_failures: int = 5,
+    ) -> None:
+        super().__init__(f"job/{job_id}", bus)
+        self.job_id = job_id
+        self.spec = spec
+        self.throughputs = throughputs
+        self.throughput = throughput
+        self.batch_size = spec.batch_size
+        self.total_steps = spec.total_steps
+        self.steps_done = 0
+        self.run_time_s = 0.0
+        self.completed = False
+        self.clearinghouse = clearinghouse
+        self.predictor = predictor
+        self.failures = 0
+        self.max_failures = max_failures
+        self.cap_s: int | None = None
+        if isolated_runtime_s is not None and completion_cap_factor is not None:
+            self.cap_s = int(isolated_runtime_s * completion_cap_factor)
+
+    def _steps_per_epoch(self) -> int:
+        if self.spec.model in SAMPLES_PER_EPOCH:
+            return steps_per_epoch(self.spec.model, self.batch_size)
+        return max(1, self.total_steps)
+
+    def _change_batch_size(self, new_bs: int) -> tuple[int, int] | None:
+        table, model, sf = self.throughputs, self.spec.model, self.spec.scale_factor
+        if table is not None:
+            if not table.has(model, new_bs, sf):
+                self.log.warning("batch_size_change_reverted", old=self.batch_size, new=new_bs, reason="no throughput")
+                return None
+            new_throughput = table.throughput(model, new_bs, sf)
+        else:
+            new_throughput = self.throughput * self.batch_size / new_bs
+        old = self.batch_size
+        if model in SAMPLES_PER_EPOCH:
+            self.total_steps, self.steps_done = rescale_for_batch_size_change(
+                self.total_steps, self.steps_done, model, old, new_bs
+            )
+        self.batch_size = new_bs
+        self.throughput = new_throughput
+        return (old, new_bs)
+
+    @handles(LeaseReport)
+    def on_lease_report(self, report: LeaseReport) -> None:
+        if self.completed:
+            return
+        lease_bs = self.batch_size
+        measured = report.steps / report.execution_s if report.execution_s > 0 else 0.0
+        self.run_time_s += report.execution_s
+        self.steps_done += report.steps
+        over_cap = self.cap_s is not None and self.run_time_s > self.cap_s
+        failed = False
+        if report.failed:
+            self.failures += 1
+            failed = self.failures >= self.max_failures
+        else:
+            self.failures = 0
+        self.completed = self.steps_done >= self.total_steps or over_cap or failed
+        if self.throughputs is None and measured > 0:
+            self.throughput = EMA_ALPHA * measured + (1 - EMA_ALPHA) * self.throughput
+        change = None
+        if report.requested_batch_size is not None and report.requested_batch_size != self.batch_size:
+            change = self._change_batch_size(report.requested_batch_size)
+        progress = JobProgress(
+            dst=self.clearinghouse,
+            job_id=self.job_id,
+            lease_id=report.lease_id,
+            round_index=report.round_index,
+            steps_done=self.steps_done,
+            total_steps=self.total_steps,
+            epochs_done=self.steps_done // self._steps_per_epoch(),
+            batch_size=self.batch_size,
+            lease_batch_size=lease_bs,
+            throughput=self.throughput,
+            measured_throughput=measured,
+            lease_steps=report.steps,
+            execution_s=report.execution_s,
+            run_time_s=self.run_time_s,
+            finish_s=report.finish_s,
+            batch_size_change=change,
+            completed=self.completed,
+            failed=failed,
+            reason=report.reason if failed else "",
+        )
+        if self.predictor is not None:
+            progress.dst = self.predictor
+            self.send(progress)
+            progress = msgspec.structs.replace(progress, dst=self.clearinghouse, msg_id=0)
+        self.send(progress)
+        if self.completed:
+            self.stop()

@@ -1,0 +1,314 @@
+"""Every message the actors exchange, as msgspec Structs in one tagged union.
+
+On the wire a message is a MessagePack map whose ``type`` field names the struct
+(ARCHITECTURE.md "Bus and messages"); third-party clients can use plain ``msgpack``.
+:func:`encode` / :func:`decode` are the only codec: the in-process transport runs every
+message through them too, so a simulation exercises the live wire format.
+
+Envelope fields, on every message: ``src`` and ``dst`` (actor addresses such as
+``"clearinghouse"``, ``"job/7"``, ``"gpu/3"``), ``msg_id`` (unique per sender),
+``reply_to`` (the ``msg_id`` answered, or 0) and ``sent_at`` (the sender's clock, seconds).
+Units everywhere: seconds, steps (optimizer iterations), steps/s of the whole gang, GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import msgspec
+from msgspec import Meta, Struct
+
+NonNeg = Annotated[float, Meta(ge=0)]
+NonNegInt = Annotated[int, Meta(ge=0)]
+PosInt = Annotated[int, Meta(ge=1)]
+Mode = Literal["static", "accordion", "gns"]
+
+
+class Message(Struct, tag_field="type", kw_only=True, forbid_unknown_fields=True):
+    """Base of every message: the envelope."""
+
+    src: str = ""
+    dst: str = ""
+    msg_id: NonNegInt = 0
+    reply_to: NonNegInt = 0
+    sent_at: float = 0.0
+
+
+class JobSpec(Struct, kw_only=True, forbid_unknown_fields=True):
+    """A training job as submitted (trace line or ``POST /v1/jobs``).
+
+    ``total_steps`` counts optimizer steps at the initial ``batch_size``.
+    ``arrival_s`` is the submission time on the run's clock; ``duration_s`` is the
+    trace's isolated duration at the initial batch size (informational).
+    """
+
+    model: str
+    batch_size: PosInt
+    scale_factor: PosInt
+    total_steps: PosInt
+    mode: Mode = "static"
+    priority_weight: Annotated[float, Meta(gt=0)] = 1.0
+    job_id: int | None = None
+    name: str = ""
+    arrival_s: NonNeg = 0.0
+    duration_s: NonNeg = 0.0
+    command: str = ""
+
+
+class SubmitJob(Message, tag="submit_job"):
+    """Replay driver or HTTP API -> clearinghouse: admit a job."""
+
+    spec: JobSpec
+
+
+class JobAccepted(Message, tag="job_accepted"):
+    """Clearinghouse -> submitter: the job's id."""
+
+    job_id: int
+
+
+class Lease(Message, tag="lease"):
+    """Clearinghouse -> a gang's lead GPU actor: run ``job_id`` on ``gpu_ids`` for one round.
+
+    Carries the job's state at lease start so that a back end needs nothing else:
+    ``restart`` is true when the job did not run in the previous round (restart overhead
+    applies); ``remaining_steps`` bounds the steps of this lease.
+    """
+
+    lease_id: NonNegInt
+    job_id: int
+    round_index: NonNegInt
+    gpu_ids: list[int]
+    start_s: float
+    duration_s: NonNeg
+    model: str
+    mode: Mode
+    scale_factor: PosInt
+    initial_batch_size: PosInt
+    batch_size: PosInt
+    throughput: NonNeg
+    steps_done: NonNegInt
+    remaining_steps: NonNegInt
+    restart: bool = False
+    command: str = ""
+
+
+class LeaseReport(Message, tag="lease_report"):
+    """GPU actor -> job actor: what a lease did.
+
+    ``execution_s`` excludes the restart overhead; ``finish_s`` is when the gang was
+    released. ``requested_batch_size`` is the batch size the job's adaptation rule asks
+    for from now on (None: no change).
+    """
+
+    lease_id: NonNegInt
+    job_id: int
+    round_index: NonNegInt
+    gpu_ids: list[int]
+    steps: NonNegInt
+    execution_s: NonNeg
+    finish_s: float
+    batch_size: PosInt
+    requested_batch_size: PosInt | None = None
+    failed: bool = False
+    reason: str = ""
+
+
+class JobProgress(Message, tag="job_progress"):
+    """Job actor -> clearinghouse (and predictor): the job's state after a lease.
+
+    ``steps_done``/``total_steps`` are at the (possibly new) ``batch_size``;
+    ``epochs_done`` = floor(steps_done / steps_per_epoch); ``throughput`` is the oracle or
+    estimated steps/s at the current batch size; ``measured_throughput`` = steps/execution_s
+    of the lease. ``completed`` is set once: ``finish_s`` is then the completion time.
+    """
+
+    job_id: int
+    lease_id: NonNegInt
+    round_index: NonNegInt
+    steps_done: NonNegInt
+    total_steps: NonNegInt
+    epochs_done: NonNegInt
+    batch_size: PosInt
+    throughput: NonNeg
+    measured_throughput: NonNeg
+    lease_steps: NonNegInt
+    execution_s: NonNeg
+    run_time_s: NonNeg
+    finish_s: float
+    lease_batch_size: PosInt
+    batch_size_change: tuple[int, int] | None = None  # (old, new)
+    completed: bool = False
+    failed: bool = False
+    reason: str = ""
+
+
+class JobProfileMsg(Struct, kw_only=True, forbid_unknown_fields=True):
+    """A job's profile (SHOCKWAVE_REFERENCE.md §1.5) for the predictor: per-epoch batch size and seconds."""
+
+    samples_per_epoch: PosInt
+    bs_every_epoch: list[int]
+    duration_every_epoch: list[float]
+
+
+class PredictorAddJob(Message, tag="predictor_add_job"):
+    """Clearinghouse -> predictor: start tracking a job (profile None for live jobs)."""
+
+    job_id: int
+    submit_s: float
+    round_index: NonNegInt
+    scale_factor: PosInt
+    profile: JobProfileMsg | None = None
+    num_epochs: NonNegInt | None = None  # live jobs without a profile
+    samples_per_epoch: PosInt | None = None
+    batch_size: PosInt | None = None
+    throughput: NonNeg | None = None
+
+
+class PredictorRemoveJob(Message, tag="predictor_remove_job"):
+    """Clearinghouse -> predictor: the job finished at ``finish_s``."""
+
+    job_id: int
+    finish_s: float
+
+
+class PredictRequest(Message, tag="predict_request"):
+    """Clearinghouse -> predictor: predictions for every tracked job at this round boundary."""
+
+    round_index: NonNegInt
+    now_s: float
+    num_gpus: PosInt
+    round_duration_s: NonNeg
+
+
+class Prediction(Struct, kw_only=True, forbid_unknown_fields=True):
+    """One job's prediction (SHOCKWAVE_REFERENCE.md §4.4–§4.6); fields as ``predictor.Prediction``.
+
+    remaining_s: posterior remaining runtime R_j; mean_epoch_s: d̄_j; elapsed_epochs_s: calibrated
+    seconds of the epochs done; fair_share_finish_s / target_finish_s: the latest fair-share
+    finish-time estimate and its momentum average FTobj_j.
+    """
+
+    job_id: int
+    scale_factor: PosInt
+    submit_s: float
+    num_epochs: NonNegInt
+    epochs_done: NonNegInt
+    remaining_s: float
+    mean_epoch_s: float
+    elapsed_epochs_s: float
+    fair_share_finish_s: float
+    target_finish_s: float
+    batch_size: PosInt
+
+
+class PredictReply(Message, tag="predict_reply"):
+    """Predictor -> clearinghouse."""
+
+    predictions: list[Prediction]
+
+
+class QualityRequest(Message, tag="quality_request"):
+    """Clearinghouse -> predictor: prediction-quality summary for results."""
+
+
+class QualityReply(Message, tag="quality_reply"):
+    """Predictor -> clearinghouse: ``quality`` as returned by ``predictor.Predictor.quality()``."""
+
+    quality: dict
+
+
+class RegisterGPUs(Message, tag="register_gpus"):
+    """Node agent -> clearinghouse: this node offers ``num_gpus`` GPUs."""
+
+    node: str
+    num_gpus: PosInt
+
+
+class GPUsRegistered(Message, tag="gpus_registered"):
+    """Clearinghouse -> node agent: the cluster-wide ids of its GPUs and the round length."""
+
+    node: str
+    gpu_ids: list[int]
+    round_duration_s: NonNeg
+
+
+class Heartbeat(Message, tag="heartbeat"):
+    """Node agent -> clearinghouse, periodically."""
+
+    node: str
+
+
+class StopLease(Message, tag="stop_lease"):
+    """Clearinghouse -> GPU actor: preempt ``lease_id`` now (live mode)."""
+
+    lease_id: NonNegInt
+    job_id: int
+
+
+class CancelJob(Message, tag="cancel_job"):
+    """API -> clearinghouse: cancel a job."""
+
+    job_id: int
+
+
+class RoundTick(Message, tag="round_tick"):
+    """Clearinghouse -> itself: a round boundary is due (all leases reported, or the timer)."""
+
+
+class Shutdown(Message, tag="shutdown"):
+    """Stop the receiving actor."""
+
+    reason: str = ""
+
+
+AnyMessage = Union[
+    SubmitJob,
+    JobAccepted,
+    Lease,
+    LeaseReport,
+    JobProgress,
+    PredictorAddJob,
+    PredictorRemoveJob,
+    PredictRequest,
+    PredictReply,
+    QualityRequest,
+    QualityReply,
+    RegisterGPUs,
+    GPUsRegistered,
+    Heartbeat,
+    StopLease,
+    CancelJob,
+    RoundTick,
+    Shutdown,
+]
+
+MESSAGE_TYPES: tuple[type[Message], ...] = AnyMessage.__args__  # type: ignore[attr-defined]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(AnyMessage)
+
+
+class MessageDecodeError(ValueError):
+    """Bytes that are not a valid message; the text names the offending field."""
+
+
+def encode(msg: Message) -> bytes:
+    """Serialise a message to MessagePack bytes."""
+    return _encoder.encode(msg)
+
+
+def decode(data: bytes) -> Message:
+    """Parse and validate MessagePack bytes into a message.
+
+    Raises:
+        MessageDecodeError: malformed MessagePack, unknown ``type``, unknown field,
+            missing field or a value of the wrong type or range (msgspec names the path,
+            e.g. ``Expected `int`, got `str` - at `$.job_id```).
+    """
+    try:
+        return _decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise MessageDecodeError(f"invalid message: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise MessageDecodeError(f"malformed message: {exc}") from None

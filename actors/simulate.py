@@ -1,0 +1,268 @@
+"""Trace replay under virtual time: assemble the actors, run, and compute the results.
+
+:func:`simulate` builds one process's actor system on a :class:`sim_clock.VirtualEventLoop`
+with the in-process bus: a clearinghouse, G GPU actors on the emulated back end, a predictor
+actor (policies that use predictions), the replay driver and one job actor per admitted job.
+It returns the results dictionary written as ``results.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from actors.config import RunConfig, load_config
+from workloads.errors import InputError
+
+
+@dataclass
+class RunSpec:
+    """A resolved run: the configuration plus command-line overrides."""
+
+    config: RunConfig
+    trace: Path
+    throughputs: Path
+    num_gpus: int
+    policy: str
+    seed: int
+
+
+def resolve_run(
+    config_path: str | None = None,
+    *,
+    trace: str | None = None,
+    throughputs: str | None = None,
+    policy: str | None = None,
+    num_gpus: int | None = None,
+    seed: int | None = None,
+) -> RunSpec:
+    """Load the configuration and apply overrides (command-line values win).
+
+    Raises:
+        InputError: bad configuration, a missing file, or a bad override.
+        market.registry.UnknownPolicyError: unknown policy name.
+    """
+    from market.registry import check_policy_name
+
+    config = load_config(config_path)
+    sim = config.simulation
+    spec = RunSpec(
+        config=config,
+        trace=Path(trace) if trace else config.path(sim.trace),
+        throughputs=Path(throughputs) if throughputs else config.path(sim.throughputs),
+        num_gpus=num_gpus if num_gpus is not None else sim.num_gpus,
+        policy=policy or sim.policy,
+        seed=seed if seed is not None else sim.seed,
+    )
+    if spec.num_gpus < 1:
+        raise InputError("--gpus", f"the cluster needs at least one GPU, got {spec.num_gpus}", field="num_gpus")
+    check_policy_name(spec.policy)
+    for label, path in (("trace", spec.trace), ("throughputs", spec.throughputs)):
+        if not path.is_file():
+            raise InputError(str(path), f"{label} file not found", field=label)
+    return spec
+
+
+def _policy(spec: RunSpec):
+    import dataclasses
+
+    from market.registry import build_policy, uses_predictor
+
+    options: dict[str, Any] = {}
+    if uses_predictor(spec.policy):
+        options["config"] = dataclasses.replace(spec.config.shockwave, seed=spec.seed)
+    return build_policy(spec.policy, gavel=spec.config.gavel, options=options)
+
+
+async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
+    from actors.bus import Bus
+    from actors.clearinghouse import Clearinghouse
+    from actors.gpu import GPUActor
+    from actors.replay import ReplayDriver
+    from gpu_runtime.emulated import EmulatedBackend
+    from market.registry import uses_predictor
+    from sim_clock import get_clock
+    from workloads.profile import build_profile
+
+    clock = get_clock()
+    bus = Bus(clock)
+    bus.on_undeliverable = lambda dst, msg: None
+    policy = _policy(spec)
+    predictor_address = None
+    actors = []
+    async with asyncio.TaskGroup() as group:
+
+        def spawn(actor):
+            actors.append(actor)
+            actor.start(group)
+
+        if uses_predictor(spec.policy):
+            from actors.predictor import PredictorActor
+
+            spawn(
+                PredictorActor(
+                    bus, config=spec.config.predictor, round_duration_s=spec.config.rounds.round_duration_s
+                )
+            )
+            predictor_address = "predictor"
+        backend = EmulatedBackend(spec.config.emulation)
+        for gpu in range(spec.num_gpus):
+            spawn(GPUActor(gpu, bus, backend))
+        profiles = {}
+
+        def profile_of(job_spec):
+            if job_spec.job_id not in profiles:
+                profiles[job_spec.job_id] = build_profile(job_spec, table)
+            return profiles[job_spec.job_id]
+
+        clearinghouse = Clearinghouse(
+            bus,
+            policy=policy,
+            servers=[[g] for g in range(spec.num_gpus)],
+            config=spec.config.rounds,
+            throughputs=table,
+            profile_of=profile_of,
+            spawn=spawn,
+            predictor=predictor_address,
+            expected_jobs=len(jobs),
+            on_round=on_round,
+        )
+        spawn(clearinghouse)
+        spawn(ReplayDriver(bus, jobs))
+        await clearinghouse.done
+        quality = await clearinghouse.prediction_quality()
+        for actor in actors:
+            if not actor._stopped:
+                actor.stop()
+    return {
+        "clearinghouse": clearinghouse,
+        "policy": policy,
+        "quality": quality,
+        "messages": bus.messages_sent,
+        "message_bytes": bus.bytes_sent,
+    }
+
+
+def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None], None] | None = None) -> dict:
+    """Replay ``spec``'s trace under virtual time and return the results dictionary.
+
+    Raises:
+        InputError: bad trace or throughput table (file, line, field named).
+    """
+    from sim_clock import run_virtual
+    from workloads.throughputs import ThroughputTable
+    from workloads.trace import parse_trace
+
+    started = time.perf_counter()
+    random.seed(spec.seed)
+    np.random.seed(spec.seed)
+    table = ThroughputTable.load(spec.throughputs)
+    jobs = parse_trace(spec.trace, table)
+    if not jobs:
+        raise InputError(str(spec.trace), "the trace has no jobs")
+    out = run_virtual(_run(spec, jobs, table, on_round), start=jobs[0].arrival_s)
+    wall = time.perf_counter() - started
+    return build_results(spec, jobs, out, wall)
+
+
+def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
+    """The results dictionary (see README "Results")."""
+    from market.metrics import summarize
+
+    ch = out["clearinghouse"]
+    records = [ch.records[job.job_id] for job in jobs]
+    finished = [r for r in records if r.finish_s is not None]
+    if len(finished) != len(records):
+        missing = [r.job_id for r in records if r.finish_s is None]
+        raise RuntimeError(f"simulation ended with unfinished jobs: {missing[:10]}")
+    gpu_busy = [ch.gpu_busy_s[g] for g in sorted(ch.gpu_busy_s)]
+    start = jobs[0].arrival_s
+    metrics = summarize(
+        arrival_s=[r.arrival_s for r in records],
+        finish_s=[r.finish_s for r in records],
+        isolated_runtime_s=[r.isolated_runtime_s for r in records],
+        num_gpus=spec.num_gpus,
+        gpu_busy_s=gpu_busy,
+        start_s=start,
+    )
+    policy_wall = np.array([r.policy_wall_s for r in ch.rounds]) if ch.rounds else np.zeros(1)
+    jct, rho = metrics.pop("jct_s"), metrics.pop("rho")
+    results: dict[str, Any] = {
+        "policy": spec.policy,
+        "trace": str(spec.trace),
+        "throughputs": str(spec.throughputs),
+        "num_gpus": spec.num_gpus,
+        "num_jobs": len(jobs),
+        "seed": spec.seed,
+        **metrics,
+        "num_rounds": len(ch.rounds),
+        "policy_wall_s_total": float(policy_wall.sum()),
+        "policy_wall_s_per_round_p50": float(np.percentile(policy_wall, 50)),
+        "policy_wall_s_per_round_p95": float(np.percentile(policy_wall, 95)),
+        "policy_wall_s_per_round_max": float(policy_wall.max()),
+        "wall_time_s": wall_s,
+        "messages": out["messages"],
+        "message_bytes": out["message_bytes"],
+        "jobs": [
+            {
+                "job_id": r.job_id,
+                "arrival_s": r.arrival_s,
+                "finish_s": r.finish_s,
+                "jct_s": float(j),
+                "rho": float(p),
+                "isolated_runtime_s": r.isolated_runtime_s,
+                "scale_factor": r.spec.scale_factor,
+                "mode": r.spec.mode,
+                "model": r.spec.model,
+                "initial_batch_size": r.spec.batch_size,
+                "final_batch_size": r.final_batch_size,
+                "batch_size_changes": r.batch_size_changes,
+                "rounds_run": r.rounds_run,
+            }
+            for r, j, p in zip(records, jct, rho)
+        ],
+        "rounds": [
+            {
+                "round": r.round_index,
+                "start_s": r.start_s,
+                "active_jobs": r.active_jobs,
+                "scheduled_jobs": r.scheduled_jobs,
+                "gpus_used": r.gpus_used,
+                "policy_wall_s": r.policy_wall_s,
+            }
+            for r in ch.rounds
+        ],
+        "config": spec.config.as_dict(),
+    }
+    policy = out["policy"]
+    stats = getattr(policy, "stats", None)
+    if callable(stats):
+        stats = stats()
+    if stats:
+        results["policy_stats"] = {
+            k: (v if not isinstance(v, list) else {"count": len(v), "sum": float(np.sum(v)) if v else 0.0})
+            for k, v in stats.items()
+        }
+        solve_s = stats.get("solve_s") if isinstance(stats, dict) else None
+        if solve_s:
+            arr = np.asarray(solve_s, dtype=float)
+            results["replans"] = {
+                "total": int(stats.get("replans", arr.size)),
+                "constrained": int(stats.get("constrained", 0)),
+                "fallback": int(stats.get("fallback", 0)),
+                "greedy": int(stats.get("greedy", 0)),
+                "solve_s_p50": float(np.percentile(arr, 50)),
+                "solve_s_p95": float(np.percentile(arr, 95)),
+                "solve_s_max": float(arr.max()),
+            }
+    quality = out.get("quality")
+    if quality is not None:
+        results["prediction_mape"] = quality.get("prediction_mape")
+        results["prediction_errors"] = quality.get("per_job")
+    return results
