@@ -115,20 +115,36 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_parser(sub) -> None:
+    """Register ``simulate`` (every subcommand module has ``add_parser`` and ``run``)."""
+    _simulate_parser(sub)
+
+
+run = cmd_simulate
+
+#: subcommand -> module providing ``add_parser(subparsers)`` and ``run(args) -> exit code``.
+#: Modules are imported only to build the parser; heavy imports stay inside ``run``.
+SUBCOMMANDS: dict[str, str] = {
+    "simulate": "actors.cli",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
     parser = argparse.ArgumentParser(prog="shockwave", description="Shockwave GPU-cluster scheduler")
     sub = parser.add_subparsers(dest="command", required=True)
-    _simulate_parser(sub)
+    for module in dict.fromkeys(SUBCOMMANDS.values()):
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 
-COMMANDS = {"simulate": cmd_simulate}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    import importlib
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    return COMMANDS[args.command](args)
+    return importlib.import_module(SUBCOMMANDS[args.command]).run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover
