@@ -1,0 +1,148 @@
+"""End-to-end replays under virtual time: a hand-worked 5-job trace, the canonical trace against
+the published max-min fairness run, determinism, and the command line's handling of bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from actors.cli import main
+from actors.simulate import resolve_run, simulate
+
+REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "reference_results.json").read_text())
+
+
+def _line(job_type, total_steps, sf, arrival, mode="static"):
+    model = job_type.split(" ")[0]
+    return "\t".join([job_type, f"python3 main.py {model}", "wd", "--steps", "1", str(total_steps), str(sf),
+                      mode, "1", "-1.000000", "100", str(arrival)])
+
+
+def _write_small(tmp_path: Path) -> tuple[Path, Path]:
+    table = {"v100": {"('LM (batch size 10)', 1)": {"null": 10.0}, "('LM (batch size 10)', 2)": {"null": 10.0}}}
+    thr = tmp_path / "thr.json"
+    thr.write_text(json.dumps(table))
+    trace = tmp_path / "five.trace"
+    trace.write_text("\n".join([
+        _line("LM (batch size 10)", 2400, 1, 0),
+        _line("LM (batch size 10)", 1800, 1, 0),
+        _line("LM (batch size 10)", 3000, 2, 0),
+        _line("LM (batch size 10)", 600, 2, 0),
+        _line("LM (batch size 10)", 2400, 1, 100),
+    ]) + "\n")
+    return trace, thr
+
+
+def test_five_job_trace_worked_by_hand(tmp_path):
+    """10 steps/s for every job, 1200 steps per 120 s round, 8 GPUs (everything fits).
+
+    round 0 (t=0):   j0 1200 -> 120, j1 1200 -> 120, j2 1200 -> 120, j3 600 -> 60 (done, JCT 60)
+    round 1 (t=120): j4 admitted (arrived at 100); j0 1200 -> 240 (done), j1 600 -> 180 (done),
+                     j2 1200 -> 240, j4 starts: it did not run in round 0, so the restart
+                     overhead applies: 1200 steps x (120-20)/120 = 1000 steps, gang held to 240
+    round 2 (t=240): j2 600 -> 300 (done), j4 1200 -> 360
+    round 3 (t=360): j4 200 -> 380 (done, JCT 280)
+    """
+    trace, thr = _write_small(tmp_path)
+    spec = resolve_run(None, trace=str(trace), throughputs=str(thr), num_gpus=8, policy="max_min_fairness")
+    r = simulate(spec)
+    jct = [j["jct_s"] for j in r["jobs"]]
+    assert jct == pytest.approx([240.0, 180.0, 300.0, 60.0, 280.0])
+    assert r["makespan_s"] == pytest.approx(380.0)
+    assert r["avg_jct_s"] == pytest.approx(212.0)
+    assert r["num_rounds"] == 4
+    assert [x["gpus_used"] for x in r["rounds"]] == [6, 5, 3, 1]
+    # rho = JCT / (isolated * max(1, N/G)); isolated = epochs * (samples / bs) / throughput
+    iso = 59675 / 10 / 10.0
+    assert r["jobs"][3]["rho"] == pytest.approx(60.0 / iso)
+    # utilisation: busy GPU-seconds (restart overhead excluded) over makespan x G
+    busy = (120 + 120 + 2 * 120 + 2 * 60) + (120 + 60 + 2 * 120 + 100) + (2 * 60 + 120) + 20
+    assert r["gpu_utilization"] == pytest.approx(busy / (380.0 * 8))
+
+
+@pytest.fixture(scope="module")
+def canonical():
+    return simulate(resolve_run(None, policy="max_min_fairness"))
+
+
+def test_canonical_max_min_fairness_matches_the_published_run(canonical):
+    r = canonical
+    published = REFERENCE["simulation"]["max_min_fairness"]
+    assert r["num_jobs"] == 120 and all(j["finish_s"] is not None for j in r["jobs"])
+    assert r["makespan_s"] == pytest.approx(published["makespan_s"], rel=0.02)
+    assert r["avg_jct_s"] == pytest.approx(published["avg_jct_s"], rel=0.02)
+    assert r["worst_rho"] == pytest.approx(published["worst_rho"], rel=0.05)
+    iso = np.array([j["isolated_runtime_s"] for j in r["jobs"]])
+    assert np.allclose(iso, REFERENCE["per_job"]["isolated_dynamic_runtime_s"], rtol=1e-3)
+    # GPU capacity is never exceeded in any round
+    assert max(x["gpus_used"] for x in r["rounds"]) <= 32
+
+
+def test_same_seed_same_results(canonical):
+    again = simulate(resolve_run(None, policy="max_min_fairness"))
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("wall_time_s",) and not k.startswith("policy_wall")}
+    a, b = strip(canonical), strip(again)
+    for r in (a, b):
+        r["rounds"] = [{k: v for k, v in x.items() if k != "policy_wall_s"} for x in r["rounds"]]
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+# -- command line ------------------------------------------------------------------------------
+def test_cli_writes_results_and_plot(tmp_path, capsys):
+    trace, thr = _write_small(tmp_path)
+    out = tmp_path / "out"
+    rc = main(["simulate", "--trace", str(trace), "--throughputs", str(thr), "--gpus", "8", "--no-progress", "--out", str(out)])
+    assert rc == 0
+    results = json.loads((out / "results.json").read_text())
+    for key in ("policy", "num_gpus", "num_jobs", "makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction_1_05",
+                "unfair_fraction_1_1", "gpu_utilization", "wall_time_s", "jobs"):
+        assert key in results
+    assert set(results["jobs"][0]) >= {"job_id", "arrival_s", "finish_s", "jct_s", "rho", "isolated_runtime_s", "scale_factor", "mode"}
+    assert (out / "results.png").stat().st_size > 10_000
+    assert "makespan" in capsys.readouterr().out
+
+
+def _bad(tmp_path, capsys, argv):
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_cli_bad_trace_line(tmp_path, capsys):
+    trace, thr = _write_small(tmp_path)
+    lines = trace.read_text().splitlines()
+    lines[2] = lines[2].replace("\t3000\t", "\tthree\t")
+    trace.write_text("\n".join(lines) + "\n")
+    err = _bad(tmp_path, capsys, ["simulate", "--trace", str(trace), "--throughputs", str(thr), "--no-progress"])
+    assert "five.trace:3" in err and "total_steps" in err
+
+
+def test_cli_missing_throughput(tmp_path, capsys):
+    trace, thr = _write_small(tmp_path)
+    trace.write_text(trace.read_text().replace("\t2\tstatic", "\t4\tstatic", 1))
+    err = _bad(tmp_path, capsys, ["simulate", "--trace", str(trace), "--throughputs", str(thr), "--no-progress"])
+    assert "five.trace:3" in err and "scale" in err
+
+
+def test_cli_unknown_policy(tmp_path, capsys):
+    err = _bad(tmp_path, capsys, ["simulate", "--policy", "fifo", "--no-progress"])
+    assert "unknown policy 'fifo'" in err
+
+
+def test_cli_unknown_config_key(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[rounds]\nround_duration_s = 120.0\nrestart_overhead = 20\n")
+    err = _bad(tmp_path, capsys, ["simulate", "--config", str(cfg), "--no-progress"])
+    assert "c.toml:3" in err and "rounds.restart_overhead" in err
+
+
+def test_cli_mistyped_config_value(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[gavel]\nreset_interval_s = \"soon\"\n")
+    err = _bad(tmp_path, capsys, ["simulate", "--config", str(cfg), "--no-progress"])
+    assert "c.toml:2" in err and "gavel.reset_interval_s" in err
