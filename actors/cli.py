@@ -126,6 +126,7 @@ run = cmd_simulate
 #: Modules are imported only to build the parser; heavy imports stay inside ``run``.
 SUBCOMMANDS: dict[str, str] = {
     "simulate": "actors.cli",
+    "compare": "actors.compare",
 }
 
 
