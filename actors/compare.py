@@ -317,30 +317,41 @@ def parse_policies(text: str | None) -> list[str]:
     return names
 
 
-def _replay(spec) -> dict:
+def _replay(spec, log_level: str | None = None) -> dict:
     """Worker: one policy's replay (top level, so the process pool can pickle it)."""
     from actors.simulate import simulate
 
+    if log_level is not None:
+        from actors.logs import configure_logging
+
+        configure_logging(log_level)
     return simulate(spec)
 
 
-def run_policies(specs: Sequence[Any], *, jobs: int, on_done: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
+def run_policies(
+    specs: Sequence[Any],
+    *,
+    jobs: int,
+    on_done: Callable[[str, dict], None] | None = None,
+    log_level: str | None = "warning",
+) -> dict[str, dict]:
     """Replay each :class:`actors.simulate.RunSpec` in worker processes (at most ``jobs`` at once).
 
     Returns {policy: results dict} in ``specs`` order. With ``jobs == 1`` the replays run in
-    this process, one after the other. Exceptions of a replay propagate.
+    this process, one after the other. ``log_level`` configures structlog in each replay
+    (None: leave it as it is). Exceptions of a replay propagate.
     """
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     done: dict[str, dict] = {}
     if jobs <= 1 or len(specs) == 1:
         for spec in specs:
-            done[spec.policy] = _replay(spec)
+            done[spec.policy] = _replay(spec, log_level)
             if on_done:
                 on_done(spec.policy, done[spec.policy])
     else:
         with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
-            futures = {pool.submit(_replay, spec): spec.policy for spec in specs}
+            futures = {pool.submit(_replay, spec, log_level): spec.policy for spec in specs}
             for future in as_completed(futures):
                 policy = futures[future]
                 done[policy] = future.result()
@@ -360,6 +371,7 @@ def compare(
     jobs: int | None = None,
     out: str | os.PathLike | None = None,
     on_done: Callable[[str, dict], None] | None = None,
+    log_level: str | None = "warning",
 ) -> tuple[dict[str, dict], list[dict[str, Any]], float]:
     """Replay ``policies`` and build the comparison; write compare.json and PNGs under ``out``.
 
@@ -379,7 +391,7 @@ def compare(
         resolve_run(config, trace=trace, throughputs=throughputs, policy=p, num_gpus=num_gpus, seed=seed)
         for p in policies
     ]
-    results = run_policies(specs, jobs=jobs or os.cpu_count() or 1, on_done=on_done)
+    results = run_policies(specs, jobs=jobs or os.cpu_count() or 1, on_done=on_done, log_level=log_level)
     wall = time.perf_counter() - started
     reference = None
     published: dict[str, dict[str, float]] = {}
@@ -437,6 +449,7 @@ def run(args: argparse.Namespace) -> int:
         results, rows, wall = compare(
             policies, config=args.config, trace=args.trace, throughputs=args.throughputs,
             num_gpus=args.gpus, seed=args.seed, jobs=args.jobs, out=args.out, on_done=on_done,
+            log_level=getattr(args, "log_level", "warning"),
         )
     except (InputError, UnknownPolicyError, CompareInputError) as exc:
         return fail(str(exc))
