@@ -13,7 +13,8 @@ When is the next boundary?
   L when all jobs finish early. The clearinghouse waits for the clock's idle barrier first so
   that every arrival and report of that instant is in. With nothing running it waits for the
   next arrival (the reference stops there, §9 item 7; we go on).
-* ``round_mode="timer"`` (live): every ``round_duration_s`` of wall time.
+* ``round_mode="timer"`` (live): every ``round_duration_s`` of wall time; implemented by
+  :class:`actors.live.LiveClearinghouse`, which also persists state and handles node loss.
 
 Restart overhead is the back end's business; the lease says whether the job ran in the
 previous round (``restart``). The per-job records, the per-GPU busy time and the per-round log
@@ -88,6 +89,7 @@ class ClearinghouseConfig:
     completion_cap_factor: float | None = 1.5
     round_mode: str = "event"  # "event" (simulation) | "timer" (live)
     max_failures: int = 5
+    complete_on_overshoot: bool = False
 
 
 class Clearinghouse(Actor):
@@ -139,6 +141,7 @@ class Clearinghouse(Actor):
         self.arrived: list[int] = []
         self.completed: list[int] = []
         self.bs_changed: list[int] = []
+        self.failed: list[int] = []
         self.last_round: dict[int, float] = {}
         self.outstanding: dict[int, tuple[int, ...]] = {}
         self.previous: dict[int, tuple[int, ...]] = {}
@@ -192,18 +195,7 @@ class Clearinghouse(Actor):
             priority_weight=spec.priority_weight,
             mode=spec.mode,
         )
-        actor = JobActor(
-            job_id,
-            spec,
-            self.bus,
-            throughputs=table,
-            throughput=throughput,
-            isolated_runtime_s=isolated,
-            completion_cap_factor=self.config.completion_cap_factor,
-            predictor=self.predictor,
-            max_failures=self.config.max_failures,
-        )
-        self.spawn(actor)
+        self.spawn(self._make_job_actor(job_id, spec, throughput, isolated))
         if self.predictor is not None:
             msg = PredictorAddJob(
                 dst=self.predictor,
@@ -226,6 +218,21 @@ class Clearinghouse(Actor):
             self.send(msg)
         self.arrived.append(job_id)
 
+    def _make_job_actor(self, job_id: int, spec: JobSpec, throughput: float, isolated: float | None) -> JobActor:
+        """The job actor of a newly admitted job (live mode restores its state on top)."""
+        return JobActor(
+            job_id,
+            spec,
+            self.bus,
+            throughputs=self.throughputs,
+            throughput=throughput,
+            isolated_runtime_s=isolated,
+            completion_cap_factor=self.config.completion_cap_factor,
+            predictor=self.predictor,
+            max_failures=self.config.max_failures,
+            complete_on_overshoot=self.config.complete_on_overshoot,
+        )
+
     # -- reports --------------------------------------------------------------------------
     @handles(JobProgress)
     def on_progress(self, msg: JobProgress) -> None:
@@ -239,6 +246,8 @@ class Clearinghouse(Actor):
         if record is not None:
             record.rounds_run += 1
             record.final_batch_size = msg.batch_size
+        if msg.lease_failed:
+            self.failed.append(job_id)
         if msg.batch_size_change is not None:
             self.bs_changed.append(job_id)
             if record is not None:
@@ -301,6 +310,7 @@ class Clearinghouse(Actor):
             arrived=tuple(self.arrived),
             completed=tuple(self.completed),
             batch_size_changed=tuple(self.bs_changed),
+            failed=tuple(self.failed),
             last_round=dict(self.last_round),
         )
         if self.predictor is not None:
@@ -321,6 +331,7 @@ class Clearinghouse(Actor):
         self.arrived.clear()
         self.completed.clear()
         self.bs_changed.clear()
+        self.failed.clear()
         self.last_round.clear()
         placement = place_gang_jobs(
             [(j, self.jobs[j].scale_factor) for j in chosen if j in self.jobs], self.servers, self.previous

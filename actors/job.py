@@ -8,6 +8,9 @@ Rules (SHOCKWAVE_REFERENCE.md §2.4, §3.5):
 * steps run are added; the job completes when no step is left, or — the reference's
   "deadline" — when its cumulative run time exceeds ``int(completion_cap_factor × isolated
   runtime)`` (knob; None disables);
+* a failed lease (no step, no time) credits nothing; ``max_failures`` in a row end the job
+  (marked failed). In simulation this is how a job whose progress overshot its total after
+  a batch-size change ends, as in the reference (``complete_on_overshoot`` ends it at once);
 * a batch-size change asked for by the lease is applied after it: the throughput becomes the
   table's value for the new batch size (the change is reverted when the table has none), and
   total steps and progress are rescaled keeping the epoch count (ceil quirk included);
@@ -47,6 +50,9 @@ class JobActor(Actor):
         clearinghouse, predictor: addresses to report to (predictor None: none).
         max_failures: consecutive failed leases after which the job is marked failed (reference
             ``MAX_FAILED_ATTEMPTS`` = 5).
+        complete_on_overshoot: complete a job as soon as a batch-size change's rescaled
+            progress reaches its rescaled total. The reference (False) lets it run zero-step
+            leases that fail, and completes it after ``max_failures`` of them.
     """
 
     def __init__(
@@ -62,6 +68,7 @@ class JobActor(Actor):
         clearinghouse: str = "clearinghouse",
         predictor: str | None = None,
         max_failures: int = 5,
+        complete_on_overshoot: bool = False,
     ) -> None:
         super().__init__(f"job/{job_id}", bus)
         self.job_id = job_id
@@ -77,6 +84,9 @@ class JobActor(Actor):
         self.predictor = predictor
         self.failures = 0
         self.max_failures = max_failures
+        self.complete_on_overshoot = complete_on_overshoot
+        #: lease ids whose report was applied (a duplicate report is ignored)
+        self.applied_leases: set[int] = set()
         self.cap_s: int | None = None
         if isolated_runtime_s is not None and completion_cap_factor is not None:
             self.cap_s = int(isolated_runtime_s * completion_cap_factor)
@@ -110,21 +120,26 @@ class JobActor(Actor):
             return
         lease_bs = self.batch_size
         measured = report.steps / report.execution_s if report.execution_s > 0 else 0.0
-        self.run_time_s += report.execution_s
-        self.steps_done += report.steps
-        over_cap = self.cap_s is not None and self.run_time_s > self.cap_s
         failed = False
         if report.failed:
+            # The reference's failure path: no progress is credited and the job completes
+            # neither by steps nor by the cap, only after max_failures failures in a row.
             self.failures += 1
             failed = self.failures >= self.max_failures
+            self.completed = failed
         else:
             self.failures = 0
-        self.completed = self.steps_done >= self.total_steps or over_cap or failed
-        if self.throughputs is None and measured > 0:
-            self.throughput = EMA_ALPHA * measured + (1 - EMA_ALPHA) * self.throughput
+            self.run_time_s += report.execution_s
+            self.steps_done += report.steps
+            over_cap = self.cap_s is not None and self.run_time_s > self.cap_s
+            self.completed = self.steps_done >= self.total_steps or over_cap
+            if self.throughputs is None and measured > 0:
+                self.throughput = EMA_ALPHA * measured + (1 - EMA_ALPHA) * self.throughput
         change = None
         if report.requested_batch_size is not None and report.requested_batch_size != self.batch_size:
             change = self._change_batch_size(report.requested_batch_size)
+            if change is not None and self.complete_on_overshoot and self.steps_done >= self.total_steps:
+                self.completed = True
         progress = JobProgress(
             dst=self.clearinghouse,
             job_id=self.job_id,
@@ -144,7 +159,8 @@ class JobActor(Actor):
             batch_size_change=change,
             completed=self.completed,
             failed=failed,
-            reason=report.reason if failed else "",
+            lease_failed=report.failed,
+            reason=report.reason if report.failed else "",
         )
         if self.predictor is not None:
             progress.dst = self.predictor

@@ -139,7 +139,8 @@ class JobProgress(Message, tag="job_progress"):
     lease_batch_size: PosInt
     batch_size_change: tuple[int, int] | None = None  # (old, new)
     completed: bool = False
-    failed: bool = False
+    failed: bool = False  # the job ended as failed (max_failures failed leases in a row)
+    lease_failed: bool = False  # this lease failed (no step, no time)
     reason: str = ""
 
 
@@ -231,6 +232,7 @@ class GPUsRegistered(Message, tag="gpus_registered"):
     node: str
     gpu_ids: list[int]
     round_duration_s: NonNeg
+    server_id: str = ""  # changes when the clearinghouse process restarts
 
 
 class Heartbeat(Message, tag="heartbeat"):
@@ -250,6 +252,20 @@ class CancelJob(Message, tag="cancel_job"):
     """API -> clearinghouse: cancel a job."""
 
     job_id: int
+
+
+class CancelResult(Message, tag="cancel_result"):
+    """Clearinghouse -> API: the job's state after a :class:`CancelJob`."""
+
+    job_id: int
+    state: str
+
+
+class Announce(Message, tag="announce"):
+    """Process -> WebSocket hub (``dst="hub"``): ``peer`` owns ``addresses`` (live transport)."""
+
+    peer: str
+    addresses: list[str]
 
 
 class RoundTick(Message, tag="round_tick"):
@@ -279,6 +295,8 @@ AnyMessage = Union[
     Heartbeat,
     StopLease,
     CancelJob,
+    CancelResult,
+    Announce,
     RoundTick,
     Shutdown,
 ]

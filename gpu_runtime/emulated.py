@@ -7,6 +7,10 @@ previous round and the lease ran essentially the whole round (execution > L − 
 lease is charged ``restart_overhead_s``: steps × (exec − overhead)/exec, exec − overhead. The
 gang is still held until the original finish time.
 
+A lease that can run no step (a job whose progress passed its total through the ceil of a
+batch-size change, §2.4) is reported as failed, as the reference's micro-task failure rule
+(0 steps and 0 seconds) does.
+
 The job's batch-size adaptation rule (§2.2, §2.3) is evaluated on the job's state at the start
 of the lease; a request is reported with the lease and applied by the job actor afterwards,
 which is when the reference consumes its flags (the job always runs one more lease at the old
@@ -35,6 +39,7 @@ class LeaseOutcome:
     execution_s: float
     finish_s: float
     requested_batch_size: int | None
+    failed: bool = False
 
 
 def adaptation_request(lease: Lease) -> int | None:
@@ -56,7 +61,8 @@ def run_lease(lease: Lease, config: EmulationConfig) -> LeaseOutcome:
     """What ``lease`` achieves on emulated GPUs. Pure."""
     throughput = lease.throughput
     if throughput <= 0 or lease.remaining_steps <= 0:
-        return LeaseOutcome(0, 0.0, lease.start_s, adaptation_request(lease))
+        # No step and no time: the reference counts such a micro-task as failed (§3.5).
+        return LeaseOutcome(0, 0.0, lease.start_s, adaptation_request(lease), failed=True)
     steps = min(int(throughput * lease.duration_s), lease.remaining_steps)
     finish = lease.start_s + steps / throughput
     execution = finish - lease.start_s  # as the reference: finish time minus round start
@@ -75,7 +81,13 @@ __all__ = ["EmulationConfig", "LeaseOutcome", "adaptation_request", "run_lease"]
 
 
 class EmulatedBackend:
-    """Runs leases in virtual time: the report is sent at the lease's finish time.
+    """Runs leases on emulated GPUs: the report is sent at the lease's finish time.
+
+    Under virtual time (simulation) the lease runs from ``lease.start_s`` and the report fires
+    at ``finish_s`` on the loop's virtual timer. On the wall clock (live mode) the lease runs
+    from its arrival until the round's end (``start_s + duration_s``), so message latency
+    shortens it instead of overrunning the round; the report fires ``finish_s − now`` seconds
+    later, and :meth:`stop` (a ``StopLease``) reports the steps done so far at once.
 
     Args:
         config: restart-overhead knobs.
@@ -84,13 +96,24 @@ class EmulatedBackend:
     def __init__(self, config: EmulationConfig | None = None) -> None:
         import asyncio
 
+        from sim_clock import get_clock
+
         self.config = config or EmulationConfig()
         self._loop = asyncio.get_running_loop()
+        self._clock = get_clock(self._loop)
         self._timers: dict[int, object] = {}
+        self._running: dict[int, tuple[Lease, object, object]] = {}
 
     def start(self, lease: Lease, report) -> None:
+        import msgspec
+
         from actors.messages import LeaseReport
 
+        live = not self._clock.virtual
+        if live:
+            now = self._clock.now()
+            end = lease.start_s + lease.duration_s
+            lease = msgspec.structs.replace(lease, start_s=now, duration_s=max(0.0, end - now))
         outcome = run_lease(lease, self.config)
         msg = LeaseReport(
             lease_id=lease.lease_id,
@@ -102,13 +125,43 @@ class EmulatedBackend:
             finish_s=outcome.finish_s,
             batch_size=lease.batch_size,
             requested_batch_size=outcome.requested_batch_size,
+            failed=outcome.failed,
+            reason="lease made no progress" if outcome.failed else "",
         )
 
         def fire() -> None:
             self._timers.pop(lease.lease_id, None)
+            self._running.pop(lease.lease_id, None)
             report(msg)
 
-        self._timers[lease.lease_id] = self._loop.call_at(outcome.finish_s, fire)
+        if live:
+            self._timers[lease.lease_id] = self._loop.call_later(max(0.0, outcome.finish_s - self._clock.now()), fire)
+            self._running[lease.lease_id] = (lease, msg, report)
+        else:
+            self._timers[lease.lease_id] = self._loop.call_at(outcome.finish_s, fire)
+
+    def running(self) -> list[int]:
+        """Ids of the live leases not yet reported."""
+        return list(self._running)
 
     def stop(self, lease_id: int) -> None:
-        """Emulated leases run to their end (rounds are never cut short in simulation)."""
+        """Preempt a live lease now and report the steps done so far (pro rata).
+
+        Under virtual time leases run to their end (rounds are never cut short in simulation).
+        Unknown or finished leases are ignored.
+        """
+        entry = self._running.pop(lease_id, None)
+        if entry is None:
+            return
+        lease, msg, report = entry
+        timer = self._timers.pop(lease_id, None)
+        if timer is not None:
+            timer.cancel()  # type: ignore[attr-defined]
+        now = self._clock.now()
+        elapsed = max(0.0, min(now, msg.finish_s) - lease.start_s)
+        full = msg.finish_s - lease.start_s
+        fraction = elapsed / full if full > 0 else 0.0
+        msg.steps = int(msg.steps * fraction)
+        msg.execution_s = min(msg.execution_s, elapsed)
+        msg.finish_s = now
+        report(msg)

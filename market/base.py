@@ -60,6 +60,7 @@ class RoundContext:
     arrived: Sequence[int] = ()           # jobs added since the previous boundary
     completed: Sequence[int] = ()         # jobs finished since the previous boundary
     batch_size_changed: Sequence[int] = ()  # jobs whose batch size changed since the previous boundary
+    failed: Sequence[int] = ()            # jobs whose lease failed in the round just ended
     lost_gpus: int = 0                    # GPUs lost since the previous boundary
     last_round: Mapping[int, float] = field(default_factory=dict)  # job -> execution seconds in the round just ended
     predictions: Mapping[int, object] = field(default_factory=dict)  # job -> predictor output (Shockwave)

@@ -10,8 +10,8 @@ time received since the last reset (starting at half a round, to avoid dividing 
 At each round boundary:
 
 1. Execution times of the round just ended are added to the jobs' and the cluster's times.
-2. Completed jobs leave; arrived jobs enter with priority 0, deficit 0, time L/2. Each sets
-   the "allocation needs updating" flag (a batch-size change sets it only when
+2. Completed jobs leave; arrived jobs enter with priority 0, deficit 0, time L/2. Each, and
+   each failed lease, sets the "allocation needs updating" flag (a batch-size change sets it only when
    ``reallocate_on_batch_size_change``: the reference's trigger never fires, §2.4).
 3. **Reset** when the flag is set and ``reset_interval_s`` has passed since the last reset (or
    the last reset happened at time 0 — the reference tests ``last_reset_time == 0`` for "never
@@ -87,7 +87,7 @@ class GavelMechanism:
             self.needs_update = True
         if ctx.batch_size_changed and self.config.reallocate_on_batch_size_change:
             self.needs_update = True
-        if ctx.lost_gpus:
+        if ctx.lost_gpus or ctx.failed:
             self.needs_update = True
 
     def _reset(self, ctx: RoundContext) -> None:
