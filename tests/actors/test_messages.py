@@ -38,7 +38,7 @@ def _strategy(t: msgspec.inspect.Type) -> st.SearchStrategy:
     if isinstance(t, I.TupleType):
         return st.tuples(*(_strategy(x) for x in t.item_types))
     if isinstance(t, I.DictType):
-        return st.dictionaries(st.text(max_size=5), st.integers(), max_size=3)
+        return st.dictionaries(st.text(max_size=5), st.integers(-(2**40), 2**40), max_size=3)
     if isinstance(t, I.UnionType):
         return st.one_of(*(_strategy(x) for x in t.types))
     if isinstance(t, I.StructType):
