@@ -90,3 +90,30 @@ def test_duplicate_address_rejected():
             Echo(bus)
 
     run_virtual(main())
+
+
+def test_actor_logs_carry_actor_id_and_clock_time(capsys):
+    import json as _json
+
+    from actors.logs import configure_logging
+
+    configure_logging("info")
+    try:
+        async def main():
+            bus = Bus(get_clock())
+            echo = Echo(bus)
+            echo.start()
+            await get_clock().sleep(42)
+            bus.send(CancelJob(src="test", dst="echo", job_id=1))  # the handler raises: logged
+            await get_clock().sleep(1)
+            echo.stop()
+
+        run_virtual(main())
+    finally:
+        import structlog
+
+        structlog.reset_defaults()
+    lines = [_json.loads(l) for l in capsys.readouterr().err.splitlines() if l.startswith("{")]
+    failure = next(l for l in lines if l["event"] == "handler_failed")
+    assert failure["actor"] == "echo" and failure["t"] == 42.0 and failure["message"] == "CancelJob"
+    assert "boom" in failure["exception"]
