@@ -14,6 +14,12 @@ the analytic centre (:func:`analytic_center`, Newton's method), the closest solv
 measured: against ECOS 2.0.14 through cvxpy on instances drawn from the canonical trace, the
 horizon T matches exactly and the mean |x - x_ECOS| is 0.01-0.07 with 60-100 active jobs
 (0.11-0.15 with 20); the tight lower bounds (``center=False``) are 0.04-0.42 away.
+
+Fidelity (measured on the canonical trace): makespan 24,220 s / avg JCT 19,941 s against the
+published 24,205 / 19,807 (+0.06 % / +0.7 %), worst rho 8.49 vs 7.74. With ECOS 2.0.14 through
+cvxpy substituted (same bisection, status "optimal" as the feasibility test) the replay
+reproduces all 120 published per-job JCTs exactly and every horizon T matches this module's;
+the remaining gap is only the end point (mean |x - x_ECOS| 0.002-0.12 per reset).
 """
 
 from __future__ import annotations
