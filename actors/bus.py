@@ -91,15 +91,18 @@ class Bus:
     Args:
         clock: the clock stamped into ``sent_at``.
         transport: where non-local addresses go (default: in-process only).
+        first_id: the first ``msg_id``; a live process starts from a per-start value
+            (e.g. microseconds since the epoch) so that a restarted process is never
+            mistaken for a duplicate by the receivers' ``(src, msg_id)`` window.
     """
 
-    def __init__(self, clock: "Clock", transport: Transport | None = None) -> None:
+    def __init__(self, clock: "Clock", transport: Transport | None = None, *, first_id: int = 1) -> None:
         self.clock = clock
         self.transport: Transport = transport or InProcessTransport()
         self._mailboxes: dict[str, Mailbox] = {}
         self._pending: dict[tuple[str, int], asyncio.Future] = {}
         self._topics: dict[str, list[str]] = {}
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)
         self.messages_sent = 0
         self.bytes_sent = 0
         self.undeliverable = 0
@@ -123,6 +126,10 @@ class Bus:
 
     def is_local(self, address: str) -> bool:
         return address in self._mailboxes
+
+    def local_addresses(self) -> list[str]:
+        """The addresses of this process's actors."""
+        return list(self._mailboxes)
 
     def subscribe(self, topic: str, address: str) -> None:
         subscribers = self._topics.setdefault(topic, [])

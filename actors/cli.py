@@ -127,6 +127,9 @@ run = cmd_simulate
 SUBCOMMANDS: dict[str, str] = {
     "simulate": "actors.cli",
     "compare": "actors.compare",
+    "serve": "actors.serve",
+    "worker": "actors.worker",
+    "submit": "actors.submit",
 }
 
 

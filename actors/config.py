@@ -12,6 +12,7 @@ section            owner
 ``[gavel]``        :class:`market.gavel.GavelConfig`
 ``[shockwave]``    :class:`market.shockwave.ShockwaveConfig`
 ``[predictor]``    :class:`predictor.PredictorConfig`
+``[live]``         :class:`actors.live_config.LiveConfig` (``serve``/``worker``)
 =================  =========================================================
 
 Relative paths in ``[simulation]`` are resolved against the configuration file's folder.
@@ -63,9 +64,14 @@ def _section_struct(name: str, cls: type) -> type[msgspec.Struct]:
     return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True)
 
 
+#: sections that only live processes read (left out of a simulation's results)
+_LIVE_ONLY = frozenset({"live"})
+
+
 @functools.cache
 def _owners() -> dict[str, type]:
     from actors.clearinghouse import ClearinghouseConfig
+    from actors.live_config import LiveConfig
     from gpu_runtime.emulated import EmulationConfig
     from market.gavel import GavelConfig
     from market.shockwave import ShockwaveConfig
@@ -77,6 +83,7 @@ def _owners() -> dict[str, type]:
         "gavel": GavelConfig,
         "shockwave": ShockwaveConfig,
         "predictor": PredictorConfig,
+        "live": LiveConfig,
     }
 
 
@@ -101,6 +108,7 @@ class RunConfig:
     shockwave: Any
     predictor: Any
     base_dir: Path
+    live: Any = None
 
     def path(self, value: str) -> Path:
         """Resolve a path from the file (relative to the configuration's folder)."""
@@ -110,6 +118,8 @@ class RunConfig:
     def as_dict(self) -> dict:
         out = {"simulation": msgspec.to_builtins(self.simulation)}
         for section in _owners():
+            if section in _LIVE_ONLY:
+                continue
             out[section] = _jsonable(dataclasses.asdict(getattr(self, section)))
         return out
 

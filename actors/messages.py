@@ -254,6 +254,12 @@ class CancelJob(Message, tag="cancel_job"):
     job_id: int
 
 
+class NodeLost(Message, tag="node_lost"):
+    """Clearinghouse's heartbeat monitor -> clearinghouse: ``node`` missed its heartbeats."""
+
+    node: str
+
+
 class CancelResult(Message, tag="cancel_result"):
     """Clearinghouse -> API: the job's state after a :class:`CancelJob`."""
 
@@ -296,6 +302,7 @@ AnyMessage = Union[
     StopLease,
     CancelJob,
     CancelResult,
+    NodeLost,
     Announce,
     RoundTick,
     Shutdown,

@@ -1,0 +1,462 @@
+"""The HTTP job API of ``serve`` (aiohttp): jobs, cluster, metrics, OpenAPI, health.
+
+Routes (docs/live_cluster.md has curl examples):
+
+=========================  ===============================================================
+``POST /v1/jobs``          submit a :class:`JobRequest` (JSON or ``application/msgpack``) → 201
+``GET /v1/jobs``           every job (:class:`JobList`)
+``GET /v1/jobs/{id}``      one job (:class:`actors.live.JobStatus`)
+``DELETE /v1/jobs/{id}``   cancel a job → its status
+``GET /v1/cluster``        nodes, GPUs, current round and placement (:class:`ClusterStatus`)
+``GET /metrics``           Prometheus text: jobs by state, round duration, policy time, ρ so far
+``GET /openapi.json``      the OpenAPI 3.1 document, generated from the same msgspec schemas
+``GET /healthz``           liveness, no token
+``GET /v1/bus``            the WebSocket bus hub (:mod:`actors.transport_ws`)
+=========================  ===============================================================
+
+Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (constant-time compare).
+Errors are JSON ``{"error": message, "field": name-or-null}`` with 400 (malformed body), 401
+(token), 404, 409 (cancel of a finished job), 413 (body over ``max_body_bytes``), 415 (content
+type) or 422 (validation: msgspec's path names the field). A response is MessagePack when the
+request's ``Accept`` names ``application/msgpack``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+from actors.live import JobStatus
+from actors.messages import CancelJob, CancelResult, JobAccepted, JobSpec, SubmitJob
+from actors.transport_ws import BUS_PATH, check_bearer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aiohttp import web
+
+    from actors.bus import Bus
+    from actors.live import LiveClearinghouse
+    from actors.live_config import LiveConfig
+    from actors.transport_ws import HubTransport
+
+API_ADDRESS = "api"
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
+
+
+class JobRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/jobs`` body: a training job.
+
+    Give ``total_steps`` (optimizer steps at ``batch_size``) or ``epochs`` (known models only),
+    not both. ``scale_factor`` (GPUs of the gang) may not exceed the cluster's GPUs.
+    ``duration_s``: the job's expected isolated run time in seconds, used as its initial
+    throughput estimate (total_steps / duration_s) when the throughput table does not know it.
+    ``command``: what a real back end runs (ignored by the emulated back end).
+    """
+
+    model: Annotated[str, Meta(min_length=1, max_length=200)]
+    batch_size: Annotated[int, Meta(ge=1, le=1_000_000)]
+    scale_factor: Annotated[int, Meta(ge=1, le=100_000)]
+    total_steps: Annotated[int, Meta(ge=1, le=10**12)] | None = None
+    epochs: Annotated[int, Meta(ge=1, le=10**6)] | None = None
+    mode: Literal["static", "accordion", "gns"] = "static"
+    priority_weight: Annotated[float, Meta(gt=0, le=1e6)] = 1.0
+    name: Annotated[str, Meta(max_length=200)] = ""
+    command: Annotated[str, Meta(max_length=10_000)] = ""
+    duration_s: Annotated[float, Meta(ge=0, le=1e9)] = 0.0
+
+
+class Submitted(Struct, kw_only=True):
+    """``POST /v1/jobs`` answer."""
+
+    job_id: int
+    state: str
+
+
+class JobList(Struct, kw_only=True):
+    jobs: list[JobStatus]
+
+
+class NodeInfo(Struct, kw_only=True):
+    name: str
+    gpu_ids: list[int]
+    last_heartbeat_s: float | None
+
+
+class Assignment(Struct, kw_only=True):
+    job_id: int
+    gpu_ids: list[int]
+
+
+class ClusterStatus(Struct, kw_only=True):
+    """``GET /v1/cluster``: alive nodes and GPUs, the current round and its placement."""
+
+    num_gpus: int
+    nodes: list[NodeInfo]
+    round_index: int
+    round_duration_s: float
+    round_start_s: float | None
+    round_end_s: float
+    placement: list[Assignment]
+    queued_jobs: int
+    running_jobs: int
+    nodes_lost: int
+
+
+class ErrorBody(Struct, kw_only=True):
+    """Every 4xx answer: what is wrong and, when one is to blame, the field."""
+
+    error: str
+    field: str | None = None
+
+
+class Health(Struct, kw_only=True):
+    ok: bool
+    server_id: str
+
+
+_json = msgspec.json.Encoder()
+_msgpack = msgspec.msgpack.Encoder()
+_json_request = msgspec.json.Decoder(JobRequest)
+_msgpack_request = msgspec.msgpack.Decoder(JobRequest)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, field: str | None = None) -> None:
+        super().__init__(error)
+        self.status, self.error, self.field = status, error, field
+
+
+def field_of(message: str) -> str | None:
+    """The field a msgspec error names: ``… - at `$.a.b``` -> ``a.b``; unknown field -> its name."""
+    unknown = re.search(r"unknown field `([^`]+)`", message)
+    if unknown:
+        return unknown.group(1)
+    missing = re.search(r"missing required field `([^`]+)`", message)
+    if missing:
+        return missing.group(1)
+    path = re.search(r"at `\$\.?([^`]*)`", message)
+    return path.group(1) or None if path else None
+
+
+def _respond(request: "web.Request", body: Any, status: int = 200) -> "web.Response":
+    from aiohttp import web
+
+    if any(t in request.headers.get("Accept", "") for t in MSGPACK_TYPES):
+        return web.Response(body=_msgpack.encode(body), status=status, content_type="application/msgpack")
+    return web.Response(body=_json.encode(body), status=status, content_type="application/json")
+
+
+def _error(status: int, error: str, field: str | None = None) -> "web.Response":
+    from aiohttp import web
+
+    return web.Response(body=_json.encode(ErrorBody(error=error, field=field)), status=status, content_type="application/json")
+
+
+async def _read_body(request: "web.Request", limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError(413, f"body of {request.content_length} bytes is over the limit of {limit}", "body")
+    chunks, size = [], 0
+    while True:
+        chunk = await request.content.read(65536)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"body is over the limit of {limit} bytes", "body")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_job_request(body: bytes, content_type: str) -> JobRequest:
+    """Decode and validate a submission body.
+
+    Raises:
+        ApiError: 415 unknown content type, 400 malformed, 422 invalid (field named).
+    """
+    ctype = content_type.split(";")[0].strip().lower()
+    if ctype in MSGPACK_TYPES:
+        decoder = _msgpack_request
+    elif ctype in ("", "application/json") or ctype.endswith("+json"):
+        decoder = _json_request
+    else:
+        raise ApiError(415, f"unsupported content type {ctype!r}; use application/json or application/msgpack", "Content-Type")
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, str(exc), field_of(str(exc))) from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, f"malformed body: {exc}", "body") from None
+
+
+def to_spec(req: JobRequest, capacity: int) -> JobSpec:
+    """The :class:`JobSpec` of a request. Raises ApiError 422 naming the field."""
+    from workloads.models import SAMPLES_PER_EPOCH, steps_per_epoch
+
+    if req.total_steps is None and req.epochs is None:
+        raise ApiError(422, "give total_steps or epochs", "total_steps")
+    if req.total_steps is not None and req.epochs is not None:
+        raise ApiError(422, "give total_steps or epochs, not both", "epochs")
+    total = req.total_steps
+    if total is None:
+        if req.model not in SAMPLES_PER_EPOCH:
+            raise ApiError(422, f"epochs needs a known model (steps per epoch); {req.model!r} is not one, give total_steps", "epochs")
+        total = int(req.epochs) * steps_per_epoch(req.model, req.batch_size)
+    if req.scale_factor > capacity:
+        raise ApiError(422, f"scale_factor {req.scale_factor} is above the cluster's {capacity} GPUs", "scale_factor")
+    return JobSpec(
+        model=req.model, batch_size=req.batch_size, scale_factor=req.scale_factor, total_steps=total,
+        mode=req.mode, priority_weight=req.priority_weight, name=req.name, command=req.command,
+        duration_s=req.duration_s,
+    )
+
+
+def _job_id(request: "web.Request") -> int:
+    raw = request.match_info["job_id"]
+    try:
+        return int(raw)
+    except ValueError:
+        raise ApiError(404, f"no job {raw!r}", "job_id") from None
+
+
+class Metrics:
+    """The Prometheus registry of one ``serve``: histograms fed per round, gauges read at scrape."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry()
+        buckets = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+        self.round_duration = Histogram(
+            "shockwave_round_duration_seconds", "Wall time between round starts", buckets=buckets, registry=self.registry
+        )
+        self.policy_time = Histogram(
+            "shockwave_policy_seconds", "Policy (plan + placement) time per round", buckets=buckets, registry=self.registry
+        )
+        self.submissions = Counter("shockwave_submissions", "Jobs accepted over HTTP", registry=self.registry)
+        self.rejections = Counter("shockwave_rejected_requests", "4xx answers", ["status"], registry=self.registry)
+        self.clearinghouse: LiveClearinghouse | None = None
+        self.registry.register(self)
+
+    def observe_round(self, round_wall_s: float, policy_wall_s: float) -> None:
+        self.round_duration.observe(round_wall_s)
+        self.policy_time.observe(policy_wall_s)
+
+    def collect(self):  # prometheus custom collector
+        from prometheus_client.core import GaugeMetricFamily
+
+        ch = self.clearinghouse
+        if ch is None:
+            return
+        by_state = GaugeMetricFamily("shockwave_jobs", "Jobs by state", labels=["state"])
+        counts = {s: 0 for s in ("queued", "running", "completed", "failed", "cancelled")}
+        for status in ch.status.values():
+            counts[status.state] = counts.get(status.state, 0) + 1
+        for state, n in sorted(counts.items()):
+            by_state.add_metric([state], n)
+        yield by_state
+        yield GaugeMetricFamily("shockwave_gpus", "GPUs of alive nodes", value=ch.num_gpus)
+        yield GaugeMetricFamily("shockwave_round_index", "Rounds started", value=ch.round_index)
+        yield GaugeMetricFamily("shockwave_nodes_lost", "Nodes declared lost", value=ch.nodes_lost)
+        rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per job", labels=["job_id"])
+        for job_id in list(ch.status):
+            status = ch.snapshot(job_id)
+            if status is not None and status.rho is not None:
+                rho.add_metric([str(job_id)], status.rho)
+        yield rho
+
+    def describe(self):
+        return []
+
+
+def openapi_document() -> dict:
+    """The OpenAPI 3.1 document: paths by hand, schemas from msgspec (one source of truth)."""
+    types = [JobRequest, Submitted, JobStatus, JobList, ClusterStatus, ErrorBody, Health]
+    _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
+
+    def ref(name: str) -> dict:
+        return {"$ref": f"#/components/schemas/{name}"}
+
+    def body(name: str) -> dict:
+        return {"application/json": {"schema": ref(name)}, "application/msgpack": {"schema": ref(name)}}
+
+    def err(description: str) -> dict:
+        return {"description": description, "content": {"application/json": {"schema": ref("ErrorBody")}}}
+
+    auth = {"401": err("missing or wrong bearer token")}
+    job_id = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "integer"}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Shockwave cluster API", "version": "1.0.0",
+                 "description": "Submit and follow training jobs on a Shockwave-scheduled GPU cluster."},
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/jobs": {
+                "post": {
+                    "operationId": "submitJob",
+                    "summary": "Submit a job",
+                    "requestBody": {"required": True, "content": body("JobRequest")},
+                    "responses": {
+                        "201": {"description": "accepted", "content": body("Submitted")},
+                        "400": err("malformed body"), **auth, "413": err("body too large"),
+                        "415": err("unsupported content type"), "422": err("invalid job (field named)"),
+                    },
+                },
+                "get": {
+                    "operationId": "listJobs",
+                    "summary": "Every job",
+                    "responses": {"200": {"description": "jobs", "content": body("JobList")}, **auth},
+                },
+            },
+            "/v1/jobs/{job_id}": {
+                "parameters": [job_id],
+                "get": {
+                    "operationId": "getJob",
+                    "summary": "One job",
+                    "responses": {"200": {"description": "the job", "content": body("JobStatus")}, **auth,
+                                  "404": err("no such job")},
+                },
+                "delete": {
+                    "operationId": "cancelJob",
+                    "summary": "Cancel a job",
+                    "responses": {"200": {"description": "cancelled", "content": body("JobStatus")}, **auth,
+                                  "404": err("no such job"), "409": err("the job already finished")},
+                },
+            },
+            "/v1/cluster": {
+                "get": {
+                    "operationId": "cluster",
+                    "summary": "Nodes, GPUs, the current round and placement",
+                    "responses": {"200": {"description": "cluster", "content": body("ClusterStatus")}, **auth},
+                },
+            },
+            "/metrics": {
+                "get": {
+                    "operationId": "metrics",
+                    "summary": "Prometheus metrics",
+                    "responses": {"200": {"description": "text exposition format",
+                                          "content": {"text/plain": {"schema": {"type": "string"}}}}, **auth},
+                },
+            },
+            "/healthz": {
+                "get": {
+                    "operationId": "healthz",
+                    "summary": "Liveness",
+                    "security": [],
+                    "responses": {"200": {"description": "alive", "content": {"application/json": {"schema": ref("Health")}}}},
+                },
+            },
+        },
+    }
+
+
+def build_app(
+    ch: "LiveClearinghouse",
+    bus: "Bus",
+    hub: "HubTransport",
+    live: "LiveConfig",
+    token: str,
+    metrics: Metrics | None = None,
+) -> "web.Application":
+    """The aiohttp application: API routes, the bus hub, the auth and error middleware."""
+    from aiohttp import web
+
+    metrics = metrics or Metrics()
+    metrics.clearinghouse = ch
+    if not bus.is_local(API_ADDRESS):
+        bus.register(API_ADDRESS)  # replies to the API bypass this mailbox
+    openapi = _json.encode(openapi_document())
+
+    @web.middleware
+    async def guard(request: web.Request, handler):
+        if request.path != "/healthz" and request.path != BUS_PATH:
+            if not check_bearer(request.headers.get("Authorization"), token):
+                metrics.rejections.labels("401").inc()
+                return _error(401, "missing or wrong bearer token", "Authorization")
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            metrics.rejections.labels(str(exc.status)).inc()
+            return _error(exc.status, exc.error, exc.field)
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                return _error(exc.status, exc.reason or "error", None)
+            raise
+
+    async def submit(request: web.Request) -> web.Response:
+        raw = await _read_body(request, live.max_body_bytes)
+        req = parse_job_request(raw, request.headers.get("Content-Type", ""))
+        spec = to_spec(req, ch.capacity())
+        reply = await bus.request(SubmitJob(src=API_ADDRESS, dst=ch.address, spec=spec), timeout=30.0)
+        assert isinstance(reply, JobAccepted)
+        metrics.submissions.inc()
+        return _respond(request, Submitted(job_id=reply.job_id, state="queued"), status=201)
+
+    async def list_jobs(request: web.Request) -> web.Response:
+        jobs = [ch.snapshot(j) for j in sorted(ch.status)]
+        return _respond(request, JobList(jobs=[j for j in jobs if j is not None]))
+
+    async def get_job(request: web.Request) -> web.Response:
+        job_id = _job_id(request)
+        status = ch.snapshot(job_id)
+        if status is None:
+            raise ApiError(404, f"no job {job_id}", "job_id")
+        return _respond(request, status)
+
+    async def cancel_job(request: web.Request) -> web.Response:
+        job_id = _job_id(request)
+        status = ch.snapshot(job_id)
+        if status is None:
+            raise ApiError(404, f"no job {job_id}", "job_id")
+        if status.state in ("completed", "failed", "cancelled"):
+            raise ApiError(409, f"job {job_id} is already {status.state}", "job_id")
+        reply = await bus.request(CancelJob(src=API_ADDRESS, dst=ch.address, job_id=job_id), timeout=30.0)
+        assert isinstance(reply, CancelResult)
+        return _respond(request, ch.snapshot(job_id))
+
+    async def cluster(request: web.Request) -> web.Response:
+        states = [s.state for s in ch.status.values()]
+        return _respond(
+            request,
+            ClusterStatus(
+                num_gpus=ch.num_gpus,
+                nodes=[NodeInfo(name=n, gpu_ids=list(ids), last_heartbeat_s=ch.last_seen.get(n)) for n, ids in sorted(ch.nodes.items())],
+                round_index=ch.round_index,
+                round_duration_s=ch.config.round_duration_s,
+                round_start_s=ch.round_start_s,
+                round_end_s=ch.round_end_s,
+                placement=[Assignment(job_id=j, gpu_ids=list(g)) for j, g in sorted(ch.placement.items())],
+                queued_jobs=states.count("queued"),
+                running_jobs=states.count("running"),
+                nodes_lost=ch.nodes_lost,
+            ),
+        )
+
+    async def prometheus(request: web.Request) -> web.Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def openapi_json(request: web.Request) -> web.Response:
+        return web.Response(body=openapi, content_type="application/json")
+
+    async def healthz(request: web.Request) -> web.Response:
+        return _respond(request, Health(ok=True, server_id=ch.server_id))
+
+    app = web.Application(middlewares=[guard], client_max_size=live.max_body_bytes)
+    app.router.add_post("/v1/jobs", submit)
+    app.router.add_get("/v1/jobs", list_jobs)
+    app.router.add_get("/v1/jobs/{job_id}", get_job)
+    app.router.add_delete("/v1/jobs/{job_id}", cancel_job)
+    app.router.add_get("/v1/cluster", cluster)
+    app.router.add_get("/metrics", prometheus)
+    app.router.add_get("/openapi.json", openapi_json)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get(BUS_PATH, hub.handle)
+    app["metrics"] = metrics
+    return app

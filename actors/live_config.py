@@ -1,0 +1,54 @@
+"""Knobs of a live cluster: the ``[live]`` section of the TOML configuration.
+
+Kept free of heavy imports: :mod:`actors.config` imports it to build the schema.
+See docs/live_cluster.md "Configuration reference" for every key.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+TOKEN_ENV = "SHOCKWAVE_TOKEN"
+
+
+@dataclass
+class LiveConfig:
+    """``[live]``: where ``serve`` listens, how workers reach it, and the fault knobs.
+
+    Units: seconds, bytes. ``token`` is overridden by the environment variable named by
+    ``token_env`` (default ``SHOCKWAVE_TOKEN``) when that is set and not empty.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8470
+    server_url: str = "http://127.0.0.1:8470"
+    token: str = ""
+    token_env: str = TOKEN_ENV
+    database: str = "shockwave.db"
+    policy: str = "max_min_fairness"
+    throughputs: str = ""
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 5.0
+    lease_grace_s: float = 1.0
+    max_body_bytes: int = 1 << 20
+    reconnect_initial_s: float = 0.2
+    reconnect_max_s: float = 5.0
+    dedupe_window: int = 4096
+    outbox_limit: int = 10000
+    expected_gpus: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("heartbeat_interval_s", "heartbeat_timeout_s", "reconnect_initial_s", "reconnect_max_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"[live] {name} must be > 0, got {getattr(self, name)}")
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise ValueError("[live] heartbeat_timeout_s must exceed heartbeat_interval_s")
+        if self.lease_grace_s < 0 or self.max_body_bytes < 1024 or self.dedupe_window < 1:
+            raise ValueError("[live] lease_grace_s >= 0, max_body_bytes >= 1024 and dedupe_window >= 1 are required")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"[live] port must be in 0..65535, got {self.port}")
+
+    def resolved_token(self) -> str:
+        """The bearer token: the environment variable if set and not empty, else the file's."""
+        return os.environ.get(self.token_env) or self.token

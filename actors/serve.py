@@ -1,0 +1,157 @@
+"""``shockwave serve``: the clearinghouse process of a live cluster.
+
+Starts, on the wall clock, the :class:`~actors.live.LiveClearinghouse` (``round_mode`` timer),
+the predictor (for policies that use predictions), the job actors, the HTTP API
+(:mod:`actors.api`) and the WebSocket bus hub (:mod:`actors.transport_ws`), all on one aiohttp
+server. State lives in SQLite (:mod:`actors.store`); a restarted ``serve`` reloads it.
+
+When it is listening it prints one JSON line on stdout:
+``{"event": "serving", "url": "http://HOST:PORT", "server_id": ...}`` (``--port 0`` picks a free
+port). SIGINT/SIGTERM stop it cleanly; ``kill -9`` loses nothing committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import signal
+import sys
+import time
+import uuid
+
+EXIT_BAD_INPUT = 2
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run the clearinghouse, HTTP API and bus hub of a live cluster")
+    p.add_argument("--config", help="TOML configuration (default: the bundled configs/local_cluster.toml)")
+    p.add_argument("--host", help="listen address (default: [live] host)")
+    p.add_argument("--port", type=int, help="listen port, 0 for a free one (default: [live] port)")
+    p.add_argument("--db", help="SQLite database file (default: [live] database)")
+    p.add_argument("--policy", help="scheduling policy (default: [live] policy)")
+    p.add_argument("--log-level", default="info", help="structlog level on stderr (default: info)")
+
+
+def load_live(config_path: str | None):
+    """The configuration (default: bundled ``local_cluster.toml``) and its ``[live]`` section.
+
+    Raises:
+        InputError: bad configuration.
+    """
+    from actors.config import BUNDLED, load_config
+
+    path = config_path or str(BUNDLED / "local_cluster.toml")
+    cfg = load_config(path)
+    return cfg, cfg.live
+
+
+def _policy(name: str, cfg):
+    from market.registry import build_policy, uses_predictor
+
+    options = {"config": cfg.shockwave} if uses_predictor(name) else {}
+    return build_policy(name, gavel=cfg.gavel, options=options)
+
+
+async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event | None = None) -> None:
+    """Run ``serve`` until ``stop`` is set (or SIGINT/SIGTERM)."""
+    import structlog
+    from aiohttp import web
+
+    from actors.api import Metrics, build_app
+    from actors.bus import Bus
+    from actors.live import LiveClearinghouse
+    from actors.store import Store
+    from actors.transport_ws import HubTransport
+    from market.registry import uses_predictor
+    from sim_clock import WallClock
+
+    log = structlog.get_logger().bind(actor="serve")
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread
+            pass
+    table = None
+    if live.throughputs:
+        from workloads.throughputs import ThroughputTable
+
+        table = ThroughputTable.load(cfg.path(live.throughputs))
+    policy = _policy(live.policy, cfg)
+    rounds = dataclasses.replace(cfg.rounds, round_mode="timer")
+    hub = HubTransport(
+        token, heartbeat_s=live.heartbeat_interval_s, dedupe_window=live.dedupe_window,
+        outbox_limit=live.outbox_limit, resend_window_s=2 * live.heartbeat_interval_s,
+    )
+    bus = Bus(WallClock(), hub, first_id=time.time_ns() // 1000)
+    hub.attach(bus)
+    bus.on_undeliverable = lambda dst, msg: log.info("undeliverable", dst=dst, message=type(msg).__name__)
+    store = Store(db_path)
+    metrics = Metrics()
+    server_id = uuid.uuid4().hex[:12]
+    actors = []
+    try:
+        async with asyncio.TaskGroup() as group:
+
+            def spawn(actor) -> None:
+                actors.append(actor)
+                actor.start(group)
+
+            predictor = None
+            if uses_predictor(live.policy):
+                from actors.predictor import PredictorActor
+
+                spawn(PredictorActor(bus, config=cfg.predictor, round_duration_s=rounds.round_duration_s))
+                predictor = "predictor"
+            ch = LiveClearinghouse(
+                bus, policy=policy, config=rounds, live=live, store=store, throughputs=table, spawn=spawn,
+                predictor=predictor, server_id=server_id,
+                on_gpus_assigned=lambda via, ids: [hub.alias(f"gpu/{g}", via) for g in ids],
+                on_round_done=metrics.observe_round,
+            )
+            unfinished = ch.restore()
+            spawn(ch)
+            app = build_app(ch, bus, hub, live, token, metrics)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            site = web.TCPSite(runner, live.host, live.port, reuse_address=True)
+            await site.start()
+            port = runner.addresses[0][1]
+            url = f"http://{live.host}:{port}"
+            print(json.dumps({"event": "serving", "url": url, "server_id": server_id, "database": db_path,
+                              "unfinished_jobs": unfinished}), flush=True)
+            log.info("serving", url=url, policy=live.policy, round_duration_s=rounds.round_duration_s)
+            await stop.wait()
+            log.info("stopping")
+            await runner.cleanup()
+            for actor in actors:
+                if not actor._stopped:
+                    actor.stop()
+    finally:
+        store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from actors.logs import configure_logging
+    from market.registry import UnknownPolicyError, check_policy_name
+    from workloads.errors import InputError
+
+    configure_logging(args.log_level)
+    try:
+        cfg, live = load_live(args.config)
+        changes = {k: v for k, v in (("host", args.host), ("port", args.port), ("policy", args.policy)) if v is not None}
+        live = dataclasses.replace(live, **changes)
+        check_policy_name(live.policy)
+    except (InputError, UnknownPolicyError, ValueError) as exc:
+        print(f"shockwave: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    token = live.resolved_token()
+    if not token:
+        print(f"shockwave: error: no bearer token: set {live.token_env} or [live] token", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    db_path = args.db or live.database  # relative to the working folder
+    asyncio.run(serve_main(cfg, live, token, db_path))
+    return 0
