@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from actors.logs import LOG_LEVELS
 from typing import Sequence
 
 EXIT_BAD_INPUT = 2
@@ -30,7 +32,7 @@ def _simulate_parser(sub) -> None:
     p.add_argument("--out", help="folder for results.json and results.png")
     p.add_argument("--seed", type=int, help="random seed (default: from the configuration)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--log-level", default="warning", help="structlog level on stderr (default: warning)")
+    p.add_argument("--log-level", default="warning", choices=LOG_LEVELS, help="structlog level on stderr (default: warning)")
 
 
 def summary_rows(results: dict) -> list[tuple[str, str]]:

@@ -24,6 +24,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from actors.logs import LOG_LEVELS
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 EXIT_BAD_INPUT = 2
@@ -426,7 +428,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="folder for compare.json and the PNGs")
     p.add_argument("--jobs", type=int, help="parallel replays (default: the number of CPUs)")
     p.add_argument("--seed", type=int, help="random seed (default: from the configuration)")
-    p.add_argument("--log-level", default="warning", help="structlog level on stderr (default: warning)")
+    p.add_argument("--log-level", default="warning", choices=LOG_LEVELS, help="structlog level on stderr (default: warning)")
 
 
 def run(args: argparse.Namespace) -> int:

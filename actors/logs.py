@@ -10,6 +10,10 @@ import structlog
 from actors.actor import add_clock_time
 
 
+#: accepted values of every ``--log-level`` option
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 def configure_logging(level: str = "warning") -> None:
     """Configure structlog once per process.
 
