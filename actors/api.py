@@ -16,7 +16,7 @@ Routes (docs/live_cluster.md has curl examples):
 
 Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (constant-time compare).
 Errors are JSON ``{"error": message, "field": name-or-null}`` with 400 (malformed body), 401
-(token), 404, 409 (cancel of a finished job), 413 (body over ``max_body_bytes``), 415 (content
+(token), 404, 409 (a scale factor above the cluster's GPUs, or cancel of a finished job), 413 (body over ``max_body_bytes``), 415 (content
 type) or 422 (validation: msgspec's path names the field). A response is MessagePack when the
 request's ``Accept`` names ``application/msgpack``.
 """
@@ -63,7 +63,7 @@ class JobRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     mode: Literal["static", "accordion", "gns"] = "static"
     priority_weight: Annotated[float, Meta(gt=0, le=1e6)] = 1.0
     name: Annotated[str, Meta(max_length=200)] = ""
-    command: Annotated[str, Meta(max_length=10_000)] = ""
+    command: Annotated[str, Meta(max_length=4000)] = ""
     duration_s: Annotated[float, Meta(ge=0, le=1e9)] = 0.0
 
 
@@ -118,8 +118,7 @@ class Health(Struct, kw_only=True):
 
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Encoder()
-_json_request = msgspec.json.Decoder(JobRequest)
-_msgpack_request = msgspec.msgpack.Decoder(JobRequest)
+_INT_FIELDS = ("batch_size", "scale_factor", "total_steps", "epochs")
 
 
 class ApiError(Exception):
@@ -177,17 +176,24 @@ def parse_job_request(body: bytes, content_type: str) -> JobRequest:
     """
     ctype = content_type.split(";")[0].strip().lower()
     if ctype in MSGPACK_TYPES:
-        decoder = _msgpack_request
+        decode = msgspec.msgpack.decode
     elif ctype in ("", "application/json") or ctype.endswith("+json"):
-        decoder = _json_request
+        decode = msgspec.json.decode
     else:
         raise ApiError(415, f"unsupported content type {ctype!r}; use application/json or application/msgpack", "Content-Type")
     try:
-        return decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise ApiError(422, str(exc), field_of(str(exc))) from None
+        raw = decode(body)
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"malformed body: {exc}", "body") from None
+    if isinstance(raw, dict):  # JSON Schema counts 2.0 as an integer: so do we (and only that)
+        for key in _INT_FIELDS:
+            value = raw.get(key)
+            if isinstance(value, float) and value.is_integer():
+                raw[key] = int(value)
+    try:
+        return msgspec.convert(raw, JobRequest)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, str(exc), field_of(str(exc))) from None
 
 
 def to_spec(req: JobRequest, capacity: int) -> JobSpec:
@@ -204,7 +210,8 @@ def to_spec(req: JobRequest, capacity: int) -> JobSpec:
             raise ApiError(422, f"epochs needs a known model (steps per epoch); {req.model!r} is not one, give total_steps", "epochs")
         total = int(req.epochs) * steps_per_epoch(req.model, req.batch_size)
     if req.scale_factor > capacity:
-        raise ApiError(422, f"scale_factor {req.scale_factor} is above the cluster's {capacity} GPUs", "scale_factor")
+        # well-formed but in conflict with the cluster's current size: 409, not 422
+        raise ApiError(409, f"scale_factor {req.scale_factor} is above the cluster's {capacity} GPUs", "scale_factor")
     return JobSpec(
         model=req.model, batch_size=req.batch_size, scale_factor=req.scale_factor, total_steps=total,
         mode=req.mode, priority_weight=req.priority_weight, name=req.name, command=req.command,
@@ -272,8 +279,16 @@ class Metrics:
 
 def openapi_document() -> dict:
     """The OpenAPI 3.1 document: paths by hand, schemas from msgspec (one source of truth)."""
+    from workloads.models import SAMPLES_PER_EPOCH
+
     types = [JobRequest, Submitted, JobStatus, JobList, ClusterStatus, ErrorBody, Health]
     _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
+    # the rules msgspec cannot state: total_steps or epochs (one of them), epochs for known models
+    components["JobRequest"]["oneOf"] = [
+        {"required": ["total_steps"], "properties": {"total_steps": {"type": "integer"}, "epochs": {"type": "null"}}},
+        {"required": ["epochs"], "properties": {"epochs": {"type": "integer"}, "total_steps": {"type": "null"},
+                                                "model": {"enum": sorted(SAMPLES_PER_EPOCH)}}},
+    ]
 
     def ref(name: str) -> dict:
         return {"$ref": f"#/components/schemas/{name}"}
@@ -304,6 +319,7 @@ def openapi_document() -> dict:
                     "responses": {
                         "201": {"description": "accepted", "content": body("Submitted")},
                         "400": err("malformed body"), **auth, "413": err("body too large"),
+                        "409": err("scale_factor above the cluster's GPUs"),
                         "415": err("unsupported content type"), "422": err("invalid job (field named)"),
                     },
                 },
@@ -385,7 +401,10 @@ def build_app(
             return _error(exc.status, exc.error, exc.field)
         except web.HTTPException as exc:
             if exc.status >= 400:
-                return _error(exc.status, exc.reason or "error", None)
+                response = _error(exc.status, exc.reason or "error", None)
+                if "Allow" in exc.headers:
+                    response.headers["Allow"] = exc.headers["Allow"]
+                return response
             raise
 
     async def submit(request: web.Request) -> web.Response:

@@ -210,7 +210,6 @@ class LiveClearinghouse(Clearinghouse):
             actor.applied_leases.update(row.applied_leases)
             self.records[row.job_id].rounds_run = row.rounds_run
             back += 1
-        self.arrived.clear()
         self.log.info("restored", jobs=len(self.status), unfinished=back, requeued_leases=len(requeued))
         return back
 
