@@ -1,0 +1,91 @@
+"""Unit tests of the live pieces that need no process: dedupe, backoff, token check, store, config."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.messages import JobSpec
+from actors.store import Store
+from actors.transport_ws import ClientTransport, DedupeWindow, bus_url, check_bearer, peek
+
+
+def test_dedupe_window_is_bounded_and_detects_repeats():
+    window = DedupeWindow(3)
+    assert not window.seen(("a", 1))
+    assert window.seen(("a", 1))
+    assert not window.seen(("b", 1))  # same id, other sender: not a repeat
+    for i in range(2, 5):
+        window.seen(("a", i))
+    assert not window.seen(("a", 1))  # fell out of the window
+    assert window.duplicates == 1
+
+
+def test_backoff_doubles_up_to_the_maximum_with_jitter():
+    t = ClientTransport("http://127.0.0.1:1", "tok", "n", reconnect_initial_s=0.5, reconnect_max_s=4.0)
+    for attempt, base in [(0, 0.5), (1, 1.0), (2, 2.0), (3, 4.0), (10, 4.0)]:
+        delays = [t.backoff_s(attempt) for _ in range(50)]
+        assert all(0.5 * base <= d < 1.5 * base for d in delays)
+        assert len(set(delays)) > 1
+
+
+def test_bearer_check():
+    assert check_bearer("Bearer s3cret", "s3cret")
+    assert check_bearer("bearer s3cret", "s3cret")
+    assert not check_bearer("Bearer s3cre", "s3cret")
+    assert not check_bearer("Basic s3cret", "s3cret")
+    assert not check_bearer(None, "s3cret")
+    assert not check_bearer("Bearer ", "")
+
+
+def test_bus_url_and_peek():
+    assert bus_url("http://h:1") == "ws://h:1/v1/bus"
+    assert bus_url("https://h/") == "wss://h/v1/bus"
+    assert bus_url("ws://h:2/v1/bus") == "ws://h:2/v1/bus"
+    from actors.messages import Heartbeat, encode
+
+    env = peek(encode(Heartbeat(src="node/a", dst="clearinghouse", msg_id=7, node="a")))
+    assert (env.type, env.src, env.dst, env.msg_id) == ("heartbeat", "node/a", "clearinghouse", 7)
+    assert peek(b"\xc1") is None
+
+
+def test_store_round_trip_and_requeue(tmp_path):
+    path = tmp_path / "s.db"
+    store = Store(path)
+    spec = JobSpec(model="toy", batch_size=8, scale_factor=2, total_steps=100, job_id=0, name="a")
+    store.add_job(0, spec, 10.0, 5.0)
+    store.add_lease(1, 0, 0, [0, 1], 10.0, 5.0)
+    store.set_lease_state(1, "done")
+    store.add_lease(2, 0, 1, [0, 1], 15.0, 5.0)
+    store.update_job(0, state="running", steps_done=25)
+    store.set_node("w1", [0, 1])
+    store.set_meta("round_index", 2)
+    store.close()
+    again = Store(path)  # a restarted serve
+    assert again.requeue_running_leases() == [2]
+    assert again.lease_states() == {1: "done", 2: "requeued"}
+    (job,) = again.jobs()
+    assert (job.job_id, job.state, job.steps_done, job.spec, job.applied_leases) == (0, "running", 25, spec, (1,))
+    assert again.nodes() == {"w1": [0, 1]} and again.get_meta("round_index") == 2
+    assert again.max_lease_id() == 2 and again.max_job_id() == 0
+    import sqlite3
+
+    with pytest.raises(sqlite3.IntegrityError):
+        again.add_job(0, spec, 11.0, 5.0)
+    assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_local_cluster_config_is_valid_and_env_token_wins(monkeypatch, tmp_path):
+    from actors.config import BUNDLED, load_config
+    from workloads.errors import InputError
+
+    cfg = load_config(str(BUNDLED / "local_cluster.toml"))
+    assert cfg.rounds.round_mode == "timer" and cfg.live.port == 8470
+    monkeypatch.setenv("SHOCKWAVE_TOKEN", "from-env")
+    assert cfg.live.resolved_token() == "from-env"
+    monkeypatch.delenv("SHOCKWAVE_TOKEN")
+    assert cfg.live.resolved_token() == ""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[live]\nport = 1\nheartbeat_intervall_s = 2\n")
+    with pytest.raises(InputError) as err:
+        load_config(bad)
+    assert "heartbeat_intervall_s" in str(err.value) and err.value.line == 3
