@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from actors.bus import Bus
 from actors.clearinghouse import ClearinghouseConfig
 from actors.gpu import GPUActor
@@ -14,6 +16,14 @@ from actors.messages import LeaseReport, RegisterGPUs, SubmitJob, JobSpec
 from actors.store import Store
 from market.base import RoundContext
 from sim_clock import WallClock
+
+
+@pytest.fixture(autouse=True)
+def _logs_to_this_tests_stderr():
+    """Another test may have bound structlog to a capture stream that is closed by now."""
+    from actors.logs import configure_logging
+
+    configure_logging("critical")
 
 
 class FailingBackend:
