@@ -10,6 +10,22 @@ import structlog
 from actors.actor import add_clock_time
 
 
+class _StderrLogger(structlog.PrintLogger):
+    """A print logger that writes to whatever ``sys.stderr`` is at the time of the call
+    (test harnesses and daemons swap it), not the stream that existed at configuration."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def _file(self):  # type: ignore[override]
+        return sys.stderr
+
+    @_file.setter
+    def _file(self, value) -> None:
+        pass
+
+
 #: accepted values of every ``--log-level`` option
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -29,6 +45,6 @@ def configure_logging(level: str = "warning") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_StderrLogger,
         cache_logger_on_first_use=True,
     )
