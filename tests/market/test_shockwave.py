@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from market.base import JobView, RoundContext
-from market.shockwave import ShockwaveConfig, ShockwavePolicy, pack_counts, plan_window, tabulate
+from market.shockwave import ShockwaveConfig, ShockwavePolicy, pack_contiguous, pack_counts, plan_window, tabulate
 from market.solver import choose_solver, solver_options
 
 
@@ -209,3 +209,75 @@ def test_policy_replans_on_triggers_and_serves_cache():
     assert pol.stats["replans"] == 5 and 0 not in sel
     assert pol.stats["constrained"] + pol.stats["fallback"] + pol.stats["greedy"] == 5
     assert len(pol.stats["solve_s"]) == 5
+
+
+# ---------------------------------------------------------------------------------- restart-aware packing
+def test_pack_contiguous_keeps_running_jobs_and_blocks():
+    # 2 GPUs, 4 rounds; jobs 0 and 1 ran in the round before the window
+    width = np.array([1, 1, 1, 1])
+    counts = np.array([2, 1, 3, 2])
+    running = np.array([True, True, False, False])
+    x, shortfall = pack_contiguous(counts, width, np.arange(4), running, 2, 4)
+    assert shortfall == 0
+    assert (x.sum(axis=1) == counts).all() and (width @ x <= 2).all()
+    assert x[0, 0] and x[1, 0]  # no preemption at the re-plan
+    for j in range(4):  # every job runs in one contiguous block
+        rounds = np.flatnonzero(x[j])
+        assert (np.diff(rounds) == 1).all()
+    # the urgency packing ignores who was running: it puts job 2 (3 rounds) in round 0
+    y, _ = pack_counts(counts, width, np.arange(4), 2, 4)
+    assert (y.sum(axis=1) == counts).all()
+
+
+def test_pack_contiguous_margin_decides_displacement():
+    # one GPU; job 0 runs (rho 1.1), job 1 waits (rho 1.3); both get 1 of 2 rounds
+    width, counts, running = np.array([1, 1]), np.array([1, 1]), np.array([True, False])
+    lam = 12.0
+    prio = np.array([1.1, 1.3]) ** lam
+    x, _ = pack_contiguous(counts, width, np.array([1, 0]), running, 1, 2, priority=prio,
+                           stay_bonus=lam * np.log1p(0.5))
+    assert x[0, 0] and not x[1, 0]  # 1.3 / 1.1 < 1.5: the running job stays
+    x, _ = pack_contiguous(counts, width, np.array([1, 0]), running, 1, 2, priority=prio, stay_bonus=0.0)
+    assert x[1, 0] and not x[0, 0]  # no margin: the later job displaces it
+
+
+def test_pack_contiguous_meets_deadlines_and_capacity():
+    # job 2 (not running) must have its 2 rounds by the end of round 2 of 4
+    width = np.array([1, 1, 1])
+    counts = np.array([4, 2, 2])
+    running = np.array([True, True, False])
+    x, shortfall = pack_contiguous(counts, width, np.arange(3), running, 2, 4, deadline=np.array([4, 4, 2]))
+    assert shortfall == 0 and (width @ x <= 2).all()
+    assert x[2, :2].all()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 30), G=st.sampled_from([4, 8, 16, 32]), F=st.integers(1, 12))
+def test_pack_contiguous_never_exceeds_capacity(seed, n, G, F):
+    rng = np.random.default_rng(seed)
+    width = rng.choice([1, 2, 4, 8], size=n)
+    width = np.minimum(width, G)
+    counts = rng.integers(0, F + 1, size=n)
+    # trim counts to the class capacities (the MILP's constraints)
+    for c in sorted(set(width.tolist()), reverse=True):
+        while (width * counts)[width >= c].sum() > F * c * (G // c):
+            counts[np.flatnonzero((width >= c) & (counts > 0))[0]] -= 1
+    running = rng.random(n) < 0.5
+    x, shortfall = pack_contiguous(counts, width, rng.permutation(n), running, G, F,
+                                   priority=rng.uniform(1, 50, n), stay_bonus=2.0)
+    assert (width @ x <= G).all()
+    assert (x.sum(axis=1) + 0 <= counts).all()
+    assert x.sum() + shortfall == counts.sum()
+
+
+def test_window_fairness_constrains_only_targets_inside_the_window():
+    # F = 4 rounds of 100 s from t = 0. Job 0's target (250 s) is inside the window; job 1's
+    # (1200 s) lies beyond it and is attainable through its leftover at the fair share 2/3 (FT(4) = 1150 s).
+    jobs = [Job(0, 1, 10, 0, 200.0, 20.0, 250.0), Job(1, 1, 10, 0, 900.0, 90.0, 1200.0), Job(2, 1, 4, 0, 400.0, 100.0, 1e5)]
+    window = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4))
+    assert list(window.constrained) == [True, False, False]
+    assert window.n_min[0] == 2 and window.deadline[0] == 2
+    projected = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0,
+                         config=ShockwaveConfig(future_rounds=4, fairness="projected"))
+    assert list(projected.constrained) == [True, True, False]
+    assert projected.n_min[1] == 4 and projected.deadline[1] == 4
