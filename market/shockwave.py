@@ -233,6 +233,9 @@ class WindowPlan:
     solve_s: wall seconds spent in solver calls (model building included).
     reason: why the path was taken (empty for "constrained").
     shortfall: job-rounds the packing could not place.
+    priorities: job id -> P_j.
+    constrained_jobs: jobs that carried a finish-time-fairness constraint in this re-plan's model
+        (0 on the fallback and greedy paths).
     """
 
     start_round: int
@@ -244,6 +247,7 @@ class WindowPlan:
     reason: str = ""
     shortfall: int = 0
     priorities: dict[int, float] = field(default_factory=dict)
+    constrained_jobs: int = 0
 
 
 # ---------------------------------------------------------------------------------- tabulation
@@ -848,6 +852,7 @@ def plan_window(
         reason=reason,
         shortfall=shortfall,
         priorities={ids[j]: float(tables.priority[j]) for j in range(N)},
+        constrained_jobs=int(tables.constrained.sum()) if path == "constrained" else 0,
     )
 
 
@@ -874,12 +879,15 @@ class ShockwavePolicy:
 
     Re-plans on an arrival, a completion, a batch-size change, a GPU loss (or any change of G),
     every ``reopt_rounds`` rounds, when the round is outside the cached plan, and when the set of
-    active jobs differs from the plan's. ``ctx.predictions`` maps job id -> ``predictor.Prediction``;
+    active jobs differs from the plan's. The jobs it selected for the previous round are passed to
+    the planner as running (restart-aware packing). ``ctx.predictions`` maps job id -> ``predictor.Prediction``;
     a job without one is planned from its JobView (remaining steps / throughput, fair share now).
 
     Attributes:
         stats: {"constrained", "fallback", "greedy": re-plans per path; "replans"; "solve_s": list of
-            seconds per re-plan; "packing_shortfall": job-rounds dropped; "objective": list}.
+            seconds per re-plan; "packing_shortfall": job-rounds dropped; "fairness_replans":
+            re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
+            constraints summed over re-plans; "objective": list}.
         plan: the cached :class:`WindowPlan` (or None).
     """
 
@@ -897,6 +905,8 @@ class ShockwavePolicy:
             "fallback": 0,
             "greedy": 0,
             "packing_shortfall": 0,
+            "fairness_replans": 0,
+            "fairness_jobs": 0,
             "solve_s": [],
             "objective": [],
         }
@@ -964,6 +974,8 @@ class ShockwavePolicy:
             st["replans"] += 1
             st[self.plan.path] += 1
             st["packing_shortfall"] += self.plan.shortfall
+            st["fairness_replans"] += int(self.plan.constrained_jobs > 0)
+            st["fairness_jobs"] += self.plan.constrained_jobs
             st["solve_s"].append(self.plan.solve_s)
             st["objective"].append(self.plan.objective)
         assert self.plan is not None

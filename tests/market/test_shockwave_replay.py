@@ -59,6 +59,10 @@ def test_replan_paths_add_up(replay):
     assert rp["constrained"] + rp["fallback"] + rp["greedy"] == rp["total"]
     assert rp["greedy"] == 0  # the solver never failed
     assert 0.0 <= rp["solve_s_p50"] <= rp["solve_s_p95"] <= rp["solve_s_max"]
+    stats = replay["policy_stats"]
+    assert 0 <= stats["fairness_replans"] <= rp["constrained"]
+    assert stats["fairness_jobs"] >= stats["fairness_replans"]
+    assert stats["packing_shortfall"] == 0
     # re-plans happen only at round boundaries (the cached plan serves the others)
     assert rp["total"] <= replay["num_rounds"]
 
