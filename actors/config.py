@@ -13,6 +13,7 @@ section            owner
 ``[shockwave]``    :class:`market.shockwave.ShockwaveConfig`
 ``[predictor]``    :class:`predictor.PredictorConfig`
 ``[live]``         :class:`actors.live_config.LiveConfig` (``serve``/``worker``)
+``[torch]``        :class:`gpu_runtime.torch_backend.TorchBackendConfig` (``worker --backend torch``)
 =================  =========================================================
 
 Relative paths in ``[simulation]`` are resolved against the configuration file's folder.
@@ -65,7 +66,7 @@ def _section_struct(name: str, cls: type) -> type[msgspec.Struct]:
 
 
 #: sections that only live processes read (left out of a simulation's results)
-_LIVE_ONLY = frozenset({"live"})
+_LIVE_ONLY = frozenset({"live", "torch"})
 
 
 @functools.cache
@@ -73,6 +74,7 @@ def _owners() -> dict[str, type]:
     from actors.clearinghouse import ClearinghouseConfig
     from actors.live_config import LiveConfig
     from gpu_runtime.emulated import EmulationConfig
+    from gpu_runtime.torch_backend import TorchBackendConfig
     from market.gavel import GavelConfig
     from market.shockwave import ShockwaveConfig
     from predictor import PredictorConfig
@@ -84,6 +86,7 @@ def _owners() -> dict[str, type]:
         "shockwave": ShockwaveConfig,
         "predictor": PredictorConfig,
         "live": LiveConfig,
+        "torch": TorchBackendConfig,
     }
 
 
@@ -109,6 +112,7 @@ class RunConfig:
     predictor: Any
     base_dir: Path
     live: Any = None
+    torch: Any = None
 
     def path(self, value: str) -> Path:
         """Resolve a path from the file (relative to the configuration's folder)."""

@@ -15,7 +15,15 @@ Rules (SHOCKWAVE_REFERENCE.md §2.4, §3.5):
   table's value for the new batch size (the change is reverted when the table has none), and
   total steps and progress are rescaled keeping the epoch count (ceil quirk included);
 * without a throughput table entry (live jobs), the throughput is an exponential moving
-  average (α = 0.5, the reference's physical mode) of measured steps/s.
+  average (α = 0.5, the reference's physical mode) of measured steps/s;
+* a report of a real back end carries the trainer's own ``job_steps``/``total_steps`` (its
+  checkpoint, the truth): they replace the actor's counts, and its batch-size change, already
+  applied by the trainer (whose rescale keeps the remaining samples,
+  :func:`gpu_runtime.lease.rescale_total_steps`), is only recorded — never rescaled again nor
+  reverted;
+* :class:`LeaseProgress` of a running lease (real back ends) is logged (batch-size changes)
+  and forwarded to the clearinghouse at once; the EMA takes the lease's measured steps/s when
+  the lease reports.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from actors.actor import Actor, handles
-from actors.messages import JobProgress, JobSpec, LeaseReport
+from actors.messages import JobProgress, JobSpec, LeaseProgress, LeaseReport
 from workloads.adaptation import rescale_for_batch_size_change
 from workloads.models import SAMPLES_PER_EPOCH, steps_per_epoch
 
@@ -96,8 +104,16 @@ class JobActor(Actor):
             return steps_per_epoch(self.spec.model, self.batch_size)
         return max(1, self.total_steps)
 
-    def _change_batch_size(self, new_bs: int) -> tuple[int, int] | None:
+    def _change_batch_size(self, new_bs: int, *, applied: bool = False) -> tuple[int, int] | None:
         table, model, sf = self.throughputs, self.spec.model, self.spec.scale_factor
+        if applied:  # the trainer changed it and rescaled its total itself (its checkpoint)
+            old = self.batch_size
+            if table is not None and table.has(model, new_bs, sf):
+                self.throughput = table.throughput(model, new_bs, sf)
+            else:
+                self.throughput = self.throughput * old / new_bs
+            self.batch_size = new_bs
+            return (old, new_bs)
         if table is not None:
             if not table.has(model, new_bs, sf):
                 self.log.warning("batch_size_change_reverted", old=self.batch_size, new=new_bs, reason="no throughput")
@@ -131,13 +147,22 @@ class JobActor(Actor):
             self.failures = 0
             self.run_time_s += report.execution_s
             self.steps_done += report.steps
+            if report.job_steps is not None:
+                self.steps_done = report.job_steps
+            if report.total_steps is not None:
+                self.total_steps = report.total_steps
             over_cap = self.cap_s is not None and self.run_time_s > self.cap_s
             self.completed = self.steps_done >= self.total_steps or over_cap
             if self.throughputs is None and measured > 0:
                 self.throughput = EMA_ALPHA * measured + (1 - EMA_ALPHA) * self.throughput
+        if report.failed and report.job_steps is not None:
+            # a failed real lease resumes from its last checkpoint: take its counts
+            self.steps_done = report.job_steps
+            if report.total_steps is not None:
+                self.total_steps = report.total_steps
         change = None
         if report.requested_batch_size is not None and report.requested_batch_size != self.batch_size:
-            change = self._change_batch_size(report.requested_batch_size)
+            change = self._change_batch_size(report.requested_batch_size, applied=report.job_steps is not None)
             if change is not None and self.complete_on_overshoot and self.steps_done >= self.total_steps:
                 self.completed = True
         progress = JobProgress(
@@ -169,3 +194,13 @@ class JobActor(Actor):
         self.send(progress)
         if self.completed:
             self.stop()
+
+    @handles(LeaseProgress)
+    def on_lease_progress(self, msg: LeaseProgress) -> None:
+        if self.completed:
+            return
+        if msg.batch_size_change is not None:
+            old, new = msg.batch_size_change
+            self.log.info("batch_size_changed", lease_id=msg.lease_id, old=old, new=new, mode=msg.mode,
+                          statistic=msg.statistic, job_steps=msg.job_steps, total_steps=msg.total_steps)
+        self.send(msgspec.structs.replace(msg, dst=self.clearinghouse, msg_id=0))

@@ -16,6 +16,15 @@ with ``round_mode="timer"`` (ARCHITECTURE.md "Live runtime"):
 * **Durable state** (:class:`actors.store.Store`): a job is committed before it is
   acknowledged; progress, leases and nodes are written as they change. :meth:`restore` reloads
   a database: unfinished jobs come back with their progress, leases left running are requeued.
+* **Gangs spanning nodes**: a lease whose GPUs are on several nodes is sent to the first of its
+  GPUs on each node, with ``num_nodes``, that node's ``node_rank`` (nodes in the order of the
+  lease's GPU ids) and ``rdzv_host`` (the address node 0 registered with); only node 0 reports.
+  A :class:`StopLease` goes to every node of the gang. ``[live] placement = "spread"`` takes
+  GPUs round-robin across nodes, so gangs span nodes even when one node could hold them.
+* **Running leases** of real back ends send :class:`LeaseProgress` (through the job actor): the
+  job's status shows its steps, batch size and measured throughput before the lease ends; each
+  round logs ``round_started`` with the jobs whose batch size changed and whether the policy
+  re-planned.
 * **Failures**: a job whose leases fail ``max_failures`` times in a row is marked ``failed``
   with the last reason (the job actor's rule); a cancelled job (:class:`CancelJob`) stops.
 
@@ -43,6 +52,9 @@ from actors.messages import (
     JobAccepted,
     JobProgress,
     JobSpec,
+    Lease,
+    LeaseProgress,
+    Message,
     NodeLost,
     PredictReply,
     PredictRequest,
@@ -88,6 +100,7 @@ class JobStatus(msgspec.Struct, kw_only=True):
     reason: str = ""
     gpu_ids: list[int] = msgspec.field(default_factory=list)
     rho: float | None = None
+    batch_size_changes: int = 0
 
 
 @dataclass
@@ -145,6 +158,7 @@ class LiveClearinghouse(Clearinghouse):
         self.on_gpus_assigned = on_gpus_assigned
         self.on_round_done = on_round_done
         self.nodes: dict[str, list[int]] = {}
+        self.node_hosts: dict[str, str] = {}
         self.known_nodes: dict[str, list[int]] = store.nodes()
         self.last_seen: dict[str, float] = {}
         self.status: dict[int, JobStatus] = {}
@@ -255,6 +269,7 @@ class LiveClearinghouse(Clearinghouse):
     @handles(RegisterGPUs)
     def on_register(self, msg: RegisterGPUs) -> None:
         node, now = msg.node, self.clock.now()
+        self.node_hosts[node] = msg.host
         ids = self.known_nodes.get(node)
         if ids is None or len(ids) != msg.num_gpus:
             taken = {g for gpus in self.known_nodes.values() for g in gpus}
@@ -283,6 +298,43 @@ class LiveClearinghouse(Clearinghouse):
         self._rebuild_servers()
         for g in ids:
             self.gpu_busy_s.setdefault(g, 0.0)
+
+    def _node_of(self) -> dict[int, str]:
+        return {g: node for node, ids in self.nodes.items() for g in ids}
+
+    def _gang_nodes(self, gpu_ids) -> list[tuple[str, int]]:
+        """``(node, first GPU of the gang on it)`` per node, in the order of ``gpu_ids``."""
+        node_of = self._node_of()
+        out: dict[str, int] = {}
+        for g in gpu_ids:
+            node = node_of.get(g, f"?{g}")
+            out.setdefault(node, g)
+        return list(out.items())
+
+    def send(self, msg: Message) -> int:
+        """As :meth:`Actor.send`, but a :class:`Lease` goes to every node of its gang."""
+        if isinstance(msg, Lease):
+            nodes = self._gang_nodes(msg.gpu_ids)
+            if len(nodes) > 1:
+                host = self.node_hosts.get(nodes[0][0], "") or "127.0.0.1"
+                last = 0
+                for rank, (_node, lead) in enumerate(nodes):
+                    part = msgspec.structs.replace(
+                        msg, dst=f"gpu/{lead}", msg_id=0, num_nodes=len(nodes), node_rank=rank, rdzv_host=host
+                    )
+                    last = super().send(part)
+                return last
+        return super().send(msg)
+
+    def _placement_servers(self) -> list[list[int]]:
+        """GPU groups given to placement: nodes (``pack``) or one GPU each, round-robin over nodes (``spread``)."""
+        if self.live.placement != "spread":
+            return self.servers
+        out: list[list[int]] = []
+        depth = max((len(s) for s in self.servers), default=0)
+        for i in range(depth):
+            out += [[s[i]] for s in self.servers if i < len(s)]
+        return out
 
     def _rebuild_servers(self) -> None:
         self.servers = [list(ids) for _, ids in sorted(self.nodes.items(), key=lambda kv: kv[1][0] if kv[1] else 0)]
@@ -334,7 +386,8 @@ class LiveClearinghouse(Clearinghouse):
             return
         self.store.set_lease_state(lease_id, state)
         if stop and info.gpu_ids:
-            self.send(StopLease(dst=f"gpu/{info.gpu_ids[0]}", lease_id=lease_id, job_id=info.job_id))
+            for _node, lead in self._gang_nodes(info.gpu_ids):
+                self.send(StopLease(dst=f"gpu/{lead}", lease_id=lease_id, job_id=info.job_id))
         status = self.status.get(info.job_id)
         if status is not None and status.state == "running":
             status.state = "queued"
@@ -366,6 +419,8 @@ class LiveClearinghouse(Clearinghouse):
             return
         status.steps_done = msg.steps_done
         status.total_steps = msg.total_steps
+        if msg.batch_size_change is not None:
+            status.batch_size_changes += 1
         status.batch_size = msg.batch_size
         status.throughput = msg.throughput
         status.run_time_s = msg.run_time_s
@@ -389,6 +444,19 @@ class LiveClearinghouse(Clearinghouse):
             status.gpu_ids = []
             fields["state"] = "queued"
         self.store.update_job(job_id, **fields)
+
+    @handles(LeaseProgress)
+    def on_lease_progress(self, msg: LeaseProgress) -> None:
+        status = self.status.get(msg.job_id)
+        if status is None or status.state in TERMINAL or msg.lease_id not in self.leases:
+            return
+        status.steps_done = msg.job_steps
+        if msg.total_steps is not None:
+            status.total_steps = msg.total_steps
+        status.batch_size = msg.batch_size
+        if msg.batch_size_change is not None:
+            self.log.info("lease_batch_size_changed", job_id=msg.job_id, lease_id=msg.lease_id,
+                          old=msg.batch_size_change[0], new=msg.batch_size_change[1], mode=msg.mode)
 
     @handles(CancelJob)
     def on_cancel(self, msg: CancelJob) -> None:
@@ -483,15 +551,23 @@ class LiveClearinghouse(Clearinghouse):
             assert isinstance(reply, PredictReply)
             ctx.predictions = {p.job_id: p for p in reply.predictions if p.job_id in fits}
         started = time.perf_counter()
+        stats = getattr(self.policy, "stats", None)
+        replans = stats.get("replans") if isinstance(stats, dict) else None
         try:
             chosen = self.policy.select(ctx)
             placement = place_gang_jobs(
-                [(j, self.jobs[j].scale_factor) for j in chosen if j in fits], self.servers, self.previous
+                [(j, self.jobs[j].scale_factor) for j in chosen if j in fits], self._placement_servers(), self.previous
             )
         except (PlacementError, ValueError, RuntimeError) as exc:
             self.log.exception("round_failed", error=str(exc))
             placement = {}
         policy_wall = time.perf_counter() - started
+        replanned = None if replans is None else stats.get("replans") != replans  # type: ignore[union-attr]
+        self.log.info(
+            "round_started", round_index=self.round_index, jobs=len(fits), placement={j: list(g) for j, g in placement.items()},
+            batch_size_changed=list(ctx.batch_size_changed), arrived=list(ctx.arrived), completed=list(ctx.completed),
+            replanned=replanned,
+        )
         self.arrived = [j for j in self.arrived if j not in fits]
         self.completed.clear()
         self.bs_changed.clear()

@@ -16,7 +16,9 @@ TOKEN_ENV = "SHOCKWAVE_TOKEN"
 class LiveConfig:
     """``[live]``: where ``serve`` listens, how workers reach it, and the fault knobs.
 
-    Units: seconds, bytes. ``token`` is overridden by the environment variable named by
+    ``placement``: ``"pack"`` (the reference: a gang on as few nodes as possible) or
+    ``"spread"`` (GPUs taken round-robin across nodes, so gangs span nodes; exercises
+    multi-node gangs on a small cluster). Units: seconds, bytes. ``token`` is overridden by the environment variable named by
     ``token_env`` (default ``SHOCKWAVE_TOKEN``) when that is set and not empty.
     """
 
@@ -37,6 +39,8 @@ class LiveConfig:
     dedupe_window: int = 4096
     outbox_limit: int = 10000
     expected_gpus: int = 0
+    placement: str = "pack"
+
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "heartbeat_timeout_s", "reconnect_initial_s", "reconnect_max_s"):
@@ -46,6 +50,8 @@ class LiveConfig:
             raise ValueError("[live] heartbeat_timeout_s must exceed heartbeat_interval_s")
         if self.lease_grace_s < 0 or self.max_body_bytes < 1024 or self.dedupe_window < 1:
             raise ValueError("[live] lease_grace_s >= 0, max_body_bytes >= 1024 and dedupe_window >= 1 are required")
+        if self.placement not in ("pack", "spread"):
+            raise ValueError(f"[live] placement must be 'pack' or 'spread', got {self.placement!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"[live] port must be in 0..65535, got {self.port}")
 

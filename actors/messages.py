@@ -91,6 +91,11 @@ class Lease(Message, tag="lease"):
     remaining_steps: NonNegInt
     restart: bool = False
     command: str = ""
+    # A gang spanning nodes (live mode): every node of the gang gets the lease with its rank
+    # among the gang's nodes (in the order of ``gpu_ids``) and the rendezvous host of node 0.
+    num_nodes: PosInt = 1
+    node_rank: NonNegInt = 0
+    rdzv_host: str = ""
 
 
 class LeaseReport(Message, tag="lease_report"):
@@ -112,6 +117,34 @@ class LeaseReport(Message, tag="lease_report"):
     requested_batch_size: PosInt | None = None
     failed: bool = False
     reason: str = ""
+    # Real back ends: the job's cumulative steps and (rescaled) total steps as the trainer's
+    # checkpoint records them after this lease; when set, the job actor takes them as the truth
+    # (a batch-size change in ``requested_batch_size`` was then already applied by the trainer).
+    job_steps: NonNegInt | None = None
+    total_steps: NonNegInt | None = None
+
+
+class LeaseProgress(Message, tag="lease_progress"):
+    """Lead GPU actor -> job actor (-> clearinghouse): a running lease's progress (real back ends).
+
+    ``job_steps``/``total_steps``: the job's cumulative and total steps as the trainer counts
+    them; ``throughput``: steps/s of the whole gang over the last report window;
+    ``batch_size_change``: ``(old, new)`` when the trainer's adaptation changed the batch size
+    (``mode``: ``"gns"``/``"accordion"``, ``statistic`` the estimate behind the decision).
+    """
+
+    lease_id: NonNegInt
+    job_id: int
+    round_index: NonNegInt
+    job_steps: NonNegInt
+    total_steps: NonNegInt | None
+    batch_size: PosInt
+    throughput: NonNeg
+    epoch: NonNegInt = 0
+    loss: float | None = None
+    batch_size_change: tuple[int, int] | None = None
+    mode: str = ""
+    statistic: float | None = None
 
 
 class JobProgress(Message, tag="job_progress"):
@@ -224,6 +257,7 @@ class RegisterGPUs(Message, tag="register_gpus"):
 
     node: str
     num_gpus: PosInt
+    host: str = ""  # where other nodes reach this one (rendezvous of gangs spanning nodes)
 
 
 class GPUsRegistered(Message, tag="gpus_registered"):
@@ -289,6 +323,7 @@ AnyMessage = Union[
     JobAccepted,
     Lease,
     LeaseReport,
+    LeaseProgress,
     JobProgress,
     PredictorAddJob,
     PredictorRemoveJob,

@@ -79,7 +79,8 @@ class NodeAgent(Actor):
 
     def register(self) -> None:
         """Send :class:`RegisterGPUs` (called on every connection)."""
-        self.send(RegisterGPUs(dst="clearinghouse", node=self.name, num_gpus=self.num_gpus))
+        host = getattr(self.backend, "advertise_host", "")
+        self.send(RegisterGPUs(dst="clearinghouse", node=self.name, num_gpus=self.num_gpus, host=host))
 
     def hold(self, dst: str, msg: Message) -> None:
         """Keep mail for a GPU actor not created yet (it is delivered after registration)."""
@@ -101,6 +102,9 @@ class NodeAgent(Actor):
         if self.server_id and msg.server_id != self.server_id:
             self.log.warning("server_restarted", old=self.server_id, new=msg.server_id)
         self.server_id = msg.server_id
+        set_node_gpus = getattr(self.backend, "set_node_gpus", None)
+        if set_node_gpus is not None:  # back ends that map cluster GPU ids to local devices
+            set_node_gpus(list(msg.gpu_ids))
         wanted = set(msg.gpu_ids)
         for gpu_id in [g for g in self.gpus if g not in wanted]:
             self.gpus.pop(gpu_id).stop()
@@ -118,12 +122,20 @@ class NodeAgent(Actor):
                 self.bus.deliver(dst, encode(m))
 
 
+BACKENDS = ("emulated", "torch")
+
+
 def make_backend(kind: str, cfg) -> "Backend":
-    """The lease back end named ``kind`` (``emulated``; a training back end plugs in here)."""
+    """The lease back end named ``kind``: ``emulated`` (throughput table) or ``torch``
+    (:class:`gpu_runtime.torch_backend.TorchBackend`, real training; ``[torch]`` knobs)."""
     if kind == "emulated":
         from gpu_runtime.emulated import EmulatedBackend
 
         return EmulatedBackend(cfg.emulation)
+    if kind == "torch":
+        from gpu_runtime.torch_backend import TorchBackend
+
+        return TorchBackend(cfg.torch)
     raise ValueError(f"unknown back end {kind!r}")
 
 
@@ -169,6 +181,9 @@ async def worker_main(cfg, live, token: str, *, name: str, num_gpus: int, server
         for actor in actors:
             if not actor._stopped:
                 actor.stop()
+        aclose = getattr(agent.backend, "aclose", None)
+        if aclose is not None:  # stop running leases (checkpointed) before exiting
+            await aclose()
 
 
 def add_parser(sub) -> None:
@@ -177,7 +192,8 @@ def add_parser(sub) -> None:
     p.add_argument("--gpus", type=int, required=True, help="number of GPUs this node offers")
     p.add_argument("--name", help="node name, unique in the cluster (default: the host name)")
     p.add_argument("--server", help="serve's URL (default: [live] server_url)")
-    p.add_argument("--backend", default="emulated", choices=["emulated"], help="lease back end (default: emulated)")
+    p.add_argument("--backend", default="emulated", choices=list(BACKENDS),
+                   help="lease back end: emulated (throughput table) or torch (real training, [torch] knobs)")
     p.add_argument("--log-level", default="info", help="structlog level on stderr (default: info)")
 
 

@@ -70,6 +70,11 @@ class Placement:
         gpu_ids: this node's GPUs for the lease (empty: CPU, gloo).
         rdzv_endpoint: ``host:port`` of the c10d rendezvous (required when ``nnodes > 1``).
         master_port: port for single-node gangs (``None``: torchrun picks a free one).
+        node_rank: this node's rank in a gang spanning nodes (``--node-rank``; with c10d the
+            global ranks follow the rendezvous order, so scripts must not assume rank 0 is on
+            node 0: every node's local rank 0 reports to its own node agent).
+        local_addr: this node's address for the gang (``--local-addr``; ``None``: its FQDN).
+        rdzv_conf: ``--rdzv-conf`` entries, e.g. ``(("join_timeout", "60"), ("is_host", "1"))``.
     """
 
     nnodes: int = 1
@@ -77,6 +82,9 @@ class Placement:
     gpu_ids: tuple[int, ...] = ()
     rdzv_endpoint: str | None = None
     master_port: int | None = None
+    node_rank: int = 0
+    local_addr: str | None = None
+    rdzv_conf: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.nnodes < 1 or self.nproc_per_node < 1:
@@ -85,6 +93,8 @@ class Placement:
             raise ValueError(f"{len(self.gpu_ids)} GPU ids for {self.nproc_per_node} ranks on this node")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ValueError("a gang spanning nodes needs rdzv_endpoint")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank {self.node_rank} outside 0..{self.nnodes - 1}")
 
     @property
     def world_size(self) -> int:
@@ -123,7 +133,12 @@ def build_command(
     argv = [python, "-m", "torch.distributed.run", f"--nnodes={placement.nnodes}",
             f"--nproc-per-node={placement.nproc_per_node}", "--max-restarts=0"]
     if placement.nnodes > 1:
-        argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={placement.rdzv_endpoint}", f"--rdzv-id={spec.lease_id}"]
+        argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={placement.rdzv_endpoint}", f"--rdzv-id={spec.lease_id}",
+                 f"--node-rank={placement.node_rank}"]
+        if placement.rdzv_conf:
+            argv += ["--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in placement.rdzv_conf)]
+        if placement.local_addr:
+            argv += [f"--local-addr={placement.local_addr}"]
     elif placement.master_port is not None:
         argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{placement.master_port}",
                  f"--rdzv-id={spec.lease_id}"]

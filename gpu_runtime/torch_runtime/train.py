@@ -15,7 +15,8 @@ Per lease: resume from the newest checkpoint of the checkpoint directory (if
 any), possibly with the lease's batch size (learning rate scaled linearly,
 total steps rescaled to keep the remaining samples), train under the
 :class:`~gpu_runtime.lease.LeaseIterator` (gradients averaged by one flat
-all-reduce per step; GNS / Accordion adaptation), then checkpoint and exit.
+all-reduce per step; GNS / Accordion adaptation), then checkpoint and exit.  Local rank 0 of each node reports (to its node's
+progress file / URL); global rank 0 writes the checkpoint.
 
 Exit codes: :data:`~gpu_runtime.launcher.EXIT_LEASE_END` (0) after a
 checkpointed lease end or preemption, :data:`~gpu_runtime.launcher.EXIT_COMPLETED`
@@ -50,6 +51,7 @@ from gpu_runtime.torch_runtime.adaptation import (
 )
 from gpu_runtime.torch_runtime.checkpoint import (
     PreemptionFlag,
+    checkpoint_path,
     load_latest,
     lr_for_batch_size,
     save_checkpoint,
@@ -195,7 +197,9 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
 
     loader = EpochLoader(data, batch_size=bs, rank=gang.rank, world_size=gang.world_size, seed=args.seed,
                          epoch=int(state["epoch"]), position=int(state["position"]), device=gang.device)
-    sink = sink_from_spec(spec, rank=gang.rank)
+    # Local rank 0 of every node reports to its own node agent (with c10d rendezvous the
+    # global rank 0 may be on any node of a gang); all ranks hold identical counters.
+    sink = sink_from_spec(spec, rank=gang.local_rank)
     it: LeaseIterator[Any] = LeaseIterator(
         loader, spec, sink, batch_size=bs, world_size=gang.world_size, job_id=spec.job_id if spec else -1,
         job_steps=int(state["job_steps"]), total_steps=total_steps, epoch=loader.epoch,
@@ -258,7 +262,7 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
                 if decision:
                     change_batch_size(decision[0], "gns", decision[1])
     except BaseException as exc:
-        if gang.rank == 0:
+        if gang.local_rank == 0:
             it.finish("failed", message=repr(exc)[:500])
         gang.close()
         raise
@@ -286,9 +290,9 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
             "batch_size_changes": changes,
         }
         path = save_checkpoint(ckpt_dir, saved_state, job_steps=it.job_steps, keep=args.keep_checkpoints)
-    gang.barrier()
-    if gang.rank == 0:
-        it.finish(reason, checkpoint_path=str(path))
+    gang.barrier()  # rank 0's checkpoint is on disk (a gang spanning nodes needs a shared folder)
+    if gang.local_rank == 0:
+        it.finish(reason, checkpoint_path=str(path or checkpoint_path(ckpt_dir, it.job_steps)))
     gang.close()
     return EXIT_COMPLETED if completed else EXIT_LEASE_END
 
