@@ -31,7 +31,15 @@ Checkpoint state keys: ``model``, ``optimizer``, ``job_steps``, ``total_steps``,
 
 from __future__ import annotations
 
-import argparse
+import signal
+
+# A lease may be preempted while this process is still importing torch (seconds on a busy
+# CPU): remember an early SIGTERM and turn it into a checkpointed preemption in run().
+_EARLY_SIGTERM: list[int] = []
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda signum, _frame: _EARLY_SIGTERM.append(signum))
+
+import argparse  # noqa: E402
 import logging
 import os
 import sys
@@ -137,6 +145,8 @@ def run(args: argparse.Namespace, spec: LeaseSpec | None) -> int:
     start of the call until it returns; the previous handler is restored.
     """
     flag = PreemptionFlag().install()  # before anything slow, so an early SIGTERM is not fatal
+    if _EARLY_SIGTERM:
+        flag.set()
     try:
         return _run(args, spec, flag)
     finally:

@@ -1,0 +1,164 @@
+"""End to end on CPU: ``serve`` + two ``worker --backend torch`` (2 slots each), real training.
+
+A 4-job trace submitted on the wall clock with 10 s rounds under the Shockwave policy: an LM
+job with scale factor 2 whose gang spans both workers (``[live] placement = "spread"``), a GNS
+job, an Accordion job and a static Recommendation job (small model knobs).  Five GPUs are asked
+of four, so jobs are preempted (SIGTERM, checkpoint) and resumed from their checkpoints.
+Asserted: every job completes and its final checkpoint holds ``job_steps >= total_steps``; the
+gang ran on both nodes; at least one preemption and one resume from a checkpoint; a real
+batch-size change reached the job's status and the next round re-planned because of it.
+Skipped without torch.  Bounded in time everywhere (about 1-2 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.actors.live_helpers import ROOT, call, env, start_serve, stop, wait_for
+
+torch = pytest.importorskip("torch")
+
+LM = "--width 16 --dataset-size 200"
+JOBS = [
+    {"name": "gang", "model": "LM", "batch_size": 10, "scale_factor": 2, "total_steps": 6000, "mode": "static",
+     "command": LM, "duration_s": 40.0},
+    {"name": "gns", "model": "LM", "batch_size": 5, "scale_factor": 1, "total_steps": 14000, "mode": "gns",
+     "command": LM + " --gns-check-every 10 --gns-min-updates 10 --max-batch-size 20", "duration_s": 40.0},
+    {"name": "accordion", "model": "LM", "batch_size": 5, "scale_factor": 1, "total_steps": 3600,
+     "mode": "accordion", "command": "--width 16 --dataset-size 60 --max-batch-size 20", "duration_s": 40.0},
+    {"name": "static", "model": "Recommendation", "batch_size": 512, "scale_factor": 1, "total_steps": 2400,
+     "mode": "static", "command": "--width 8 --dataset-size 8192", "duration_s": 40.0},
+]
+
+
+def _config(folder: Path) -> Path:
+    text = f"""
+[rounds]
+round_duration_s = 10.0
+round_mode = "timer"
+max_failures = 5
+completion_cap_factor = 1.5
+
+[live]
+host = "127.0.0.1"
+port = 0
+database = "{folder / 'state.db'}"
+policy = "shockwave"
+throughputs = ""
+heartbeat_interval_s = 0.5
+heartbeat_timeout_s = 20.0
+lease_grace_s = 3.0
+reconnect_initial_s = 0.1
+reconnect_max_s = 0.5
+placement = "spread"
+
+[torch]
+checkpoint_root = "{folder / 'ckpt'}"
+device = "cpu"
+threads_per_rank = 1
+grace_s = 20.0
+advertise_host = "127.0.0.1"
+report_interval_s = 0.5
+linger_s = 4.0
+join_timeout_s = 60.0
+"""
+    path = folder / "cluster.toml"
+    path.write_text(text)
+    return path
+
+
+def _worker(config: Path, url: str, name: str, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "actors.cli", "worker", "--config", str(config), "--gpus", "2", "--name", name,
+           "--server", url, "--backend", "torch", "--log-level", "info"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("ab"), env=env(), cwd=ROOT)
+
+
+def _events(log: Path, event: str) -> list[dict]:
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if f'"{event}"' not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("event") == event:
+            out.append(rec)
+    return out
+
+
+def test_real_training_cluster(tmp_path):
+    from gpu_runtime.torch_runtime.checkpoint import load_latest
+
+    config = _config(tmp_path)
+    serve_log, w1_log, w2_log = tmp_path / "serve.log", tmp_path / "w1.log", tmp_path / "w2.log"
+    procs: list[subprocess.Popen] = []
+    started = time.monotonic()
+    try:
+        serve, url = start_serve(config, serve_log)
+        procs.append(serve)
+        procs.append(_worker(config, url, "w1", w1_log))
+        procs.append(_worker(config, url, "w2", w2_log))
+        wait_for(lambda: call(url + "/v1/cluster")[1]["num_gpus"] == 4, 60, what="4 slots registered")
+        ids = []
+        for job in JOBS:
+            status, body = call(url + "/v1/jobs", "POST", json.dumps(job).encode())
+            assert status == 201, body
+            ids.append(body["job_id"])
+
+        def all_done():
+            jobs = call(url + "/v1/jobs")[1]["jobs"]
+            assert not [j for j in jobs if j["state"] in ("failed", "cancelled")], jobs
+            return jobs if all(j["state"] == "completed" for j in jobs) else None
+
+        jobs = wait_for(all_done, 420, interval_s=1.0, what="all jobs completed")
+        elapsed = time.monotonic() - started
+    except BaseException:
+        for log in (serve_log, w1_log, w2_log):
+            if log.exists():
+                sys.stderr.write(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}\n")
+        raise
+    finally:
+        for p in reversed(procs):
+            stop(p)
+
+    by_name = {j["name"]: j for j in jobs}
+    # every job reached its step count, checked from its final checkpoint (the trainer's truth)
+    for job in jobs:
+        loaded = load_latest(tmp_path / "ckpt" / f"job-{job['job_id']}")
+        assert loaded is not None, job
+        state, _path = loaded
+        assert state["completed"] and state["job_steps"] >= state["total_steps"] > 0, (job, state["job_steps"])
+        assert job["steps_done"] == state["job_steps"] and job["total_steps"] == state["total_steps"]
+    assert by_name["gang"]["steps_done"] >= 6000
+
+    launched = _events(w1_log, "lease_launched") + _events(w2_log, "lease_launched")
+    gang_id = by_name["gang"]["job_id"]
+    # the scale-factor-2 gang ran on both workers, one rank each, as one torchrun rendezvous
+    for log in (w1_log, w2_log):
+        parts = [e for e in _events(log, "lease_launched") if e["job_id"] == gang_id]
+        assert parts and all(e["num_nodes"] == 2 and e["ranks"] == 1 for e in parts), parts
+    # preempted (SIGTERM -> checkpoint) and resumed from a checkpoint
+    stopped = _events(w1_log, "lease_process_ended") + _events(w2_log, "lease_process_ended")
+    assert any(e["kind"] in ("preempted", "lease_end") and e["job_steps"] > 0 for e in stopped), stopped
+    resumed = [e for e in launched if e["resumed_from_steps"]]
+    assert resumed, launched
+    # a real batch-size change was reported and the next round re-planned on it
+    changed = [j for j in jobs if j["batch_size_changes"] > 0]
+    assert changed and {j["mode"] for j in changed} <= {"gns", "accordion"}, jobs
+    rounds = _events(serve_log, "round_started")
+    replans = [r for r in rounds if r["batch_size_changed"] and r["replanned"]]
+    assert replans, rounds
+    sys.stderr.write(
+        f"\nE2E: {elapsed:.1f} s wall, {len(rounds)} rounds, {len(launched)} launches "
+        f"({len(resumed)} resumed from a checkpoint), {len(stopped)} process ends "
+        f"({sum(e['kind'] in ('preempted', 'lease_end') for e in stopped)} preempted), "
+        f"{sum(j['batch_size_changes'] for j in jobs)} batch-size changes reported "
+        f"(jobs {[j['name'] for j in changed]}), {len(replans)} re-plans on them\n"
+    )
