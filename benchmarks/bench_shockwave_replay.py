@@ -107,7 +107,8 @@ def main() -> None:
     if len(runs) > 1:
         keys = ("makespan_s", "avg_jct_s", "worst_rho", "num_rounds")
         same = all(
-            all(other[k] == r[k] for k in keys) and [j["jct_s"] for j in other["jobs"]] == [j["jct_s"] for j in r["jobs"]]
+            all(other[k] == r[k] for k in keys)
+            and [j["jct_s"] for j in other["jobs"]] == [j["jct_s"] for j in r["jobs"]]
             for _, other in runs[1:]
         )
         print(f"deterministic {'yes' if same else 'NO'} ({len(runs)} runs: same per-job JCTs and rounds)")

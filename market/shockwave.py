@@ -841,7 +841,9 @@ def plan_window(
     ids = tables.ids
     rounds = [[ids[j] for j in np.flatnonzero(full[:, t])] for t in range(F)]
     if path != "constrained":
-        log.info("shockwave_replan", round_index=round_index, path=path, reason=reason, jobs=N, solve_s=round(solve_s, 4))
+        log.info(
+            "shockwave_replan", round_index=round_index, path=path, reason=reason, jobs=N, solve_s=round(solve_s, 4)
+        )
     return WindowPlan(
         start_round=round_index,
         rounds=rounds,

@@ -273,7 +273,8 @@ def test_pack_contiguous_never_exceeds_capacity(seed, n, G, F):
 def test_window_fairness_constrains_only_targets_inside_the_window():
     # F = 4 rounds of 100 s from t = 0. Job 0's target (250 s) is inside the window; job 1's
     # (1200 s) lies beyond it and is attainable through its leftover at the fair share 2/3 (FT(4) = 1150 s).
-    jobs = [Job(0, 1, 10, 0, 200.0, 20.0, 250.0), Job(1, 1, 10, 0, 900.0, 90.0, 1200.0), Job(2, 1, 4, 0, 400.0, 100.0, 1e5)]
+    jobs = [Job(0, 1, 10, 0, 200.0, 20.0, 250.0), Job(1, 1, 10, 0, 900.0, 90.0, 1200.0),
+            Job(2, 1, 4, 0, 400.0, 100.0, 1e5)]
     window = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4))
     assert list(window.constrained) == [True, False, False]
     assert window.n_min[0] == 2 and window.deadline[0] == 2
