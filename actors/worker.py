@@ -2,8 +2,9 @@
 
 One process per machine. It connects to ``serve``'s bus hub (:class:`ClientTransport`), sends
 :class:`RegisterGPUs`, gets cluster-wide GPU ids back (:class:`GPUsRegistered`), starts one
-:class:`~actors.gpu.GPUActor` per GPU on a back end (the emulated one on the wall clock until a
-training back end is plugged in through :class:`actors.gpu.Backend`), and sends a
+:class:`~actors.gpu.GPUActor` per GPU on a back end (``--backend emulated``: the throughput
+table on the wall clock; ``--backend torch``: :class:`gpu_runtime.torch_backend.TorchBackend`,
+real training; both implement :class:`actors.gpu.Backend`), and sends a
 :class:`Heartbeat` every ``heartbeat_interval_s``. It registers again after every reconnect
 (the same name gets the same ids), so a restarted ``serve`` picks it up.
 """
