@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from actors.actor import Actor, handles
 from actors.job import JobActor
@@ -142,6 +142,7 @@ class Clearinghouse(Actor):
         self.completed: list[int] = []
         self.bs_changed: list[int] = []
         self.failed: list[int] = []
+        self.lost_gpus_pending = 0
         self.last_round: dict[int, float] = {}
         self.outstanding: dict[int, tuple[int, ...]] = {}
         self.previous: dict[int, tuple[int, ...]] = {}
@@ -301,42 +302,72 @@ class Clearinghouse(Actor):
                 if not self.done.done():
                     self.done.set_result(now)
             return
-        ctx = RoundContext(
-            round_index=self.round_index,
-            now_s=now,
-            round_duration_s=self.config.round_duration_s,
-            num_gpus=self.num_gpus,
-            jobs=self.jobs,
-            arrived=tuple(self.arrived),
-            completed=tuple(self.completed),
-            batch_size_changed=tuple(self.bs_changed),
-            failed=tuple(self.failed),
-            last_round=dict(self.last_round),
-        )
-        if self.predictor is not None:
-            reply = await self.request(
-                PredictRequest(
-                    dst=self.predictor,
-                    round_index=self.round_index,
-                    now_s=now,
-                    num_gpus=self.num_gpus,
-                    round_duration_s=self.config.round_duration_s,
-                )
-            )
-            assert isinstance(reply, PredictReply)
-            ctx.predictions = {p.job_id: p for p in reply.predictions}
+        ctx = self._round_context(now, self.jobs)
+        await self._predict(ctx)
         started = time.perf_counter()
-        chosen = self.policy.select(ctx)
+        chosen = await self._choose(ctx)
         policy_wall = time.perf_counter() - started
-        self.arrived.clear()
-        self.completed.clear()
-        self.bs_changed.clear()
-        self.failed.clear()
-        self.last_round.clear()
+        self._consume_events(ctx.jobs)
         placement = place_gang_jobs(
             [(j, self.jobs[j].scale_factor) for j in chosen if j in self.jobs], self.servers, self.previous
         )
         self._issue_leases(placement, now)
+        self._record_round(now, placement, policy_wall)
+        self.previous = placement
+        self.round_index += 1
+        if self.on_round is not None:
+            self.on_round(self.round_index, now, self.finished_jobs, self.expected_jobs)
+        if not placement:
+            self._schedule_tick(now + self.config.round_duration_s)
+
+    # -- steps of a round boundary, shared with the live clearinghouse --------------------
+    def _round_context(self, now: float, jobs: Mapping[int, JobView]) -> RoundContext:
+        """The policy's view of this boundary: ``jobs`` and the events since the last one."""
+        return RoundContext(
+            round_index=self.round_index,
+            now_s=now,
+            round_duration_s=self.config.round_duration_s,
+            num_gpus=self.num_gpus,
+            jobs=jobs,
+            arrived=tuple(j for j in self.arrived if j in jobs),
+            completed=tuple(self.completed),
+            batch_size_changed=tuple(self.bs_changed),
+            failed=tuple(self.failed),
+            lost_gpus=self.lost_gpus_pending,
+            last_round=dict(self.last_round),
+        )
+
+    async def _predict(self, ctx: RoundContext, timeout: float | None = None) -> None:
+        """Fill ``ctx.predictions`` from the predictor actor (policies that use them)."""
+        if self.predictor is None:
+            return
+        reply = await self.request(
+            PredictRequest(
+                dst=self.predictor,
+                round_index=self.round_index,
+                now_s=ctx.now_s,
+                num_gpus=self.num_gpus,
+                round_duration_s=self.config.round_duration_s,
+            ),
+            timeout,
+        )
+        assert isinstance(reply, PredictReply)
+        ctx.predictions = {p.job_id: p for p in reply.predictions if p.job_id in ctx.jobs}
+
+    async def _choose(self, ctx: RoundContext) -> list[int]:
+        """The policy's choice. Synchronous in simulation: the virtual clock cannot move meanwhile."""
+        return self.policy.select(ctx)
+
+    def _consume_events(self, jobs: Mapping[int, JobView]) -> None:
+        """Forget the events the policy has now seen (arrivals of jobs it did not see stay)."""
+        self.arrived = [j for j in self.arrived if j not in jobs]
+        self.completed.clear()
+        self.bs_changed.clear()
+        self.failed.clear()
+        self.last_round.clear()
+        self.lost_gpus_pending = 0
+
+    def _record_round(self, now: float, placement: Mapping[int, tuple[int, ...]], policy_wall: float) -> None:
         self.rounds.append(
             RoundRecord(
                 round_index=self.round_index,
@@ -347,12 +378,6 @@ class Clearinghouse(Actor):
                 policy_wall_s=policy_wall,
             )
         )
-        self.previous = placement
-        self.round_index += 1
-        if self.on_round is not None:
-            self.on_round(self.round_index, now, self.finished_jobs, self.expected_jobs)
-        if not placement:
-            self._schedule_tick(now + self.config.round_duration_s)
 
     def _issue_leases(self, placement: dict[int, tuple[int, ...]], now: float) -> None:
         duration = self.config.round_duration_s

@@ -119,6 +119,25 @@ class RunConfig:
         p = Path(value).expanduser()
         return p if p.is_absolute() else self.base_dir / p
 
+    def build_policy(self, name: str, *, seed: int | None = None, live: bool = False):
+        """A fresh round policy ``name`` with this configuration's knobs.
+
+        ``seed`` overrides the Shockwave solver seed; ``live`` gives Shockwave's solver its wall-clock
+        budget (``time_limit_s``) instead of deterministic limits only.
+
+        Raises:
+            market.registry.UnknownPolicyError: unknown name.
+        """
+        from market.registry import build_policy, uses_predictor
+
+        options: dict[str, Any] = {}
+        if uses_predictor(name):
+            changes: dict[str, Any] = {"live": live}
+            if seed is not None:
+                changes["seed"] = seed
+            options["config"] = dataclasses.replace(self.shockwave, **changes)
+        return build_policy(name, gavel=self.gavel, options=options)
+
     def as_dict(self) -> dict:
         out = {"simulation": msgspec.to_builtins(self.simulation)}
         for section in _owners():

@@ -502,6 +502,11 @@ class LiveClearinghouse(Clearinghouse):
             await self.clock.sleep_until(at)
         self.mailbox.put_nowait(RoundTick(src=self.address, dst=self.address))
 
+    async def _choose(self, ctx: RoundContext) -> list[int]:
+        """The policy runs in a worker thread, so the HTTP API and the bus keep serving during a
+        long solve; the clearinghouse handles no other message meanwhile (actor semantics)."""
+        return await asyncio.to_thread(self.policy.select, ctx)
+
     @handles(RoundTick)
     async def on_tick(self, _msg: RoundTick) -> None:
         now = self.clock.now()
@@ -527,34 +532,13 @@ class LiveClearinghouse(Clearinghouse):
             self.round_end_s = now + self.config.round_duration_s
             self._schedule_tick(self.round_end_s)
             return
-        ctx = RoundContext(
-            round_index=self.round_index,
-            now_s=now,
-            round_duration_s=self.config.round_duration_s,
-            num_gpus=self.num_gpus,
-            jobs=fits,
-            arrived=tuple(j for j in self.arrived if j in fits),
-            completed=tuple(self.completed),
-            batch_size_changed=tuple(self.bs_changed),
-            failed=tuple(self.failed),
-            lost_gpus=self.lost_gpus_pending,
-            last_round=dict(self.last_round),
-        )
-        if self.predictor is not None:
-            reply = await self.request(
-                PredictRequest(
-                    dst=self.predictor, round_index=self.round_index, now_s=now, num_gpus=self.num_gpus,
-                    round_duration_s=self.config.round_duration_s,
-                ),
-                timeout=30.0,
-            )
-            assert isinstance(reply, PredictReply)
-            ctx.predictions = {p.job_id: p for p in reply.predictions if p.job_id in fits}
+        ctx = self._round_context(now, fits)
+        await self._predict(ctx, timeout=30.0)
         started = time.perf_counter()
         stats = getattr(self.policy, "stats", None)
         replans = stats.get("replans") if isinstance(stats, dict) else None
         try:
-            chosen = self.policy.select(ctx)
+            chosen = await self._choose(ctx)
             placement = place_gang_jobs(
                 [(j, self.jobs[j].scale_factor) for j in chosen if j in fits], self._placement_servers(), self.previous
             )
@@ -568,20 +552,9 @@ class LiveClearinghouse(Clearinghouse):
             batch_size_changed=list(ctx.batch_size_changed), arrived=list(ctx.arrived), completed=list(ctx.completed),
             replanned=replanned,
         )
-        self.arrived = [j for j in self.arrived if j not in fits]
-        self.completed.clear()
-        self.bs_changed.clear()
-        self.failed.clear()
-        self.last_round.clear()
-        self.lost_gpus_pending = 0
+        self._consume_events(fits)
         self._issue_leases(placement, now)
-        self.rounds.append(
-            RoundRecord(
-                round_index=self.round_index, start_s=now, active_jobs=len(self.jobs),
-                scheduled_jobs=len(placement), gpus_used=sum(len(g) for g in placement.values()),
-                policy_wall_s=policy_wall,
-            )
-        )
+        self._record_round(now, placement, policy_wall)
         if self.on_round_done is not None and self.round_start_s is not None:
             self.on_round_done(now - self.round_start_s, policy_wall)
         self.previous = placement

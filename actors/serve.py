@@ -47,13 +47,6 @@ def load_live(config_path: str | None):
     return cfg, cfg.live
 
 
-def _policy(name: str, cfg):
-    from market.registry import build_policy, uses_predictor
-
-    options = {"config": cfg.shockwave} if uses_predictor(name) else {}
-    return build_policy(name, gavel=cfg.gavel, options=options)
-
-
 async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event | None = None) -> None:
     """Run ``serve`` until ``stop`` is set (or SIGINT/SIGTERM)."""
     import structlog
@@ -80,7 +73,7 @@ async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event
         from workloads.throughputs import ThroughputTable
 
         table = ThroughputTable.load(cfg.path(live.throughputs))
-    policy = _policy(live.policy, cfg)
+    policy = cfg.build_policy(live.policy, live=True)
     rounds = dataclasses.replace(cfg.rounds, round_mode="timer")
     hub = HubTransport(
         token, heartbeat_s=live.heartbeat_interval_s, dedupe_window=live.dedupe_window,

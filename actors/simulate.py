@@ -69,17 +69,6 @@ def resolve_run(
     return spec
 
 
-def _policy(spec: RunSpec):
-    import dataclasses
-
-    from market.registry import build_policy, uses_predictor
-
-    options: dict[str, Any] = {}
-    if uses_predictor(spec.policy):
-        options["config"] = dataclasses.replace(spec.config.shockwave, seed=spec.seed)
-    return build_policy(spec.policy, gavel=spec.config.gavel, options=options)
-
-
 async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
     from actors.bus import Bus
     from actors.clearinghouse import Clearinghouse
@@ -93,7 +82,7 @@ async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
     clock = get_clock()
     bus = Bus(clock)
     bus.on_undeliverable = lambda dst, msg: None
-    policy = _policy(spec)
+    policy = spec.config.build_policy(spec.policy, seed=spec.seed)
     predictor_address = None
     actors = []
     async with asyncio.TaskGroup() as group:
