@@ -24,7 +24,7 @@ PosInt = Annotated[int, Meta(ge=1)]
 Mode = Literal["static", "accordion", "gns"]
 
 
-class Message(Struct, tag_field="type", kw_only=True, forbid_unknown_fields=True):
+class Message(Struct, tag_field="type", kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """Base of every message: the envelope."""
 
     src: str = ""
