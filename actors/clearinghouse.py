@@ -320,6 +320,12 @@ class Clearinghouse(Actor):
         if not placement:
             self._schedule_tick(now + self.config.round_duration_s)
 
+    def on_handler_error(self, msg) -> None:
+        """A round that cannot be scheduled ends the run with the error (already logged) rather
+        than leaving every actor waiting for a round that never comes."""
+        if isinstance(msg, RoundTick) and not self.done.done():
+            self.done.set_exception(RuntimeError(f"round {self.round_index} could not be scheduled; see the log"))
+
     # -- steps of a round boundary, shared with the live clearinghouse --------------------
     def _round_context(self, now: float, jobs: Mapping[int, JobView]) -> RoundContext:
         """The policy's view of this boundary: ``jobs`` and the events since the last one."""

@@ -102,6 +102,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         results = simulate(spec, on_round=on_round)
     except InputError as exc:
         return _fail(str(exc))
+    except RuntimeError as exc:
+        print(f"shockwave: error: {exc}", file=sys.stderr)
+        return 1
     finally:
         if progress is not None:
             progress.stop()

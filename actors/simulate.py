@@ -155,7 +155,10 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
     jobs = parse_trace(spec.trace, table)
     if not jobs:
         raise InputError(str(spec.trace), "the trace has no jobs")
-    out = run_virtual(_run(spec, jobs, table, on_round), start=jobs[0].arrival_s)
+    try:
+        out = run_virtual(_run(spec, jobs, table, on_round), start=jobs[0].arrival_s)
+    except BaseExceptionGroup as group:  # the actors' task group: surface the first failure
+        raise group.exceptions[0] from None
     wall = time.perf_counter() - started
     return build_results(spec, jobs, out, wall)
 

@@ -9,7 +9,10 @@ No asyncio, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,21 @@ class JobView:
     @property
     def remaining_steps(self) -> int:
         return max(0, self.total_steps - self.steps_done)
+
+
+def job_arrays(jobs: Sequence[JobView]) -> tuple[list[JobView], list[int], "np.ndarray", "np.ndarray", "np.ndarray"]:
+    """Jobs sorted by id (the reference's order) and their arrays: (jobs, ids, scale factors,
+    throughputs in steps/s, remaining steps), each array of shape (n,), float."""
+    import numpy as np
+
+    ordered = sorted(jobs, key=lambda j: j.job_id)
+    return (
+        ordered,
+        [j.job_id for j in ordered],
+        np.array([j.scale_factor for j in ordered], dtype=float),
+        np.array([float(j.throughput) for j in ordered]),
+        np.array([float(j.remaining_steps) for j in ordered]),
+    )
 
 
 class AllocationPolicy(Protocol):

@@ -545,6 +545,21 @@ def pack_contiguous(
     return x, shortfall
 
 
+def _solver_and_options(config: ShockwaveConfig) -> tuple[str, dict[str, Any]]:
+    """The MILP solver and its options: deterministic limits, plus the time budget in live mode."""
+    from market.solver import choose_solver, solver_options
+
+    solver = choose_solver(config.solver)
+    return solver, solver_options(
+        solver,
+        rel_gap=config.rel_gap,
+        node_limit=config.node_limit,
+        time_limit_s=config.time_limit_s if config.live else None,
+        threads=config.threads,
+        seed=config.seed,
+    )
+
+
 def rank_milp(
     counts: np.ndarray, width: np.ndarray, order: np.ndarray, num_gpus: int, config: ShockwaveConfig
 ) -> np.ndarray | None:
@@ -555,8 +570,6 @@ def rank_milp(
     solver fails.
     """
     import cvxpy as cp
-
-    from market.solver import choose_solver, solver_options
 
     N, F = len(counts), config.future_rounds
     active = np.flatnonzero(counts > 0)
@@ -570,15 +583,7 @@ def rank_milp(
     x = cp.Variable((active.size, F), boolean=True)
     cons = [cp.sum(x, axis=1) == counts[active].astype(np.float64), width[active].astype(np.float64) @ x <= num_gpus]
     problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(cost, x))), cons)
-    solver = choose_solver(config.solver)
-    opts = solver_options(
-        solver,
-        rel_gap=config.rel_gap,
-        node_limit=config.node_limit,
-        time_limit_s=config.time_limit_s if config.live else None,
-        threads=config.threads,
-        seed=config.seed,
-    )
+    solver, opts = _solver_and_options(config)
     try:
         problem.solve(solver=solver, **opts)
     except Exception as err:  # noqa: BLE001
@@ -660,8 +665,6 @@ def solve_counts(
     """
     import cvxpy as cp
 
-    from market.solver import choose_solver, solver_options
-
     import scipy.sparse as sp
 
     N, F = len(tables.ids), config.future_rounds
@@ -711,15 +714,7 @@ def solve_counts(
         cons += [cp.sum(x, axis=1) == count_of @ y, w @ x <= num_gpus]
     a = a[jk, nk]
     problem = cp.Problem(cp.Maximize(a @ y - b * z), cons)
-    solver = choose_solver(config.solver)
-    opts = solver_options(
-        solver,
-        rel_gap=config.rel_gap,
-        node_limit=config.node_limit,
-        time_limit_s=config.time_limit_s if config.live else None,
-        threads=config.threads,
-        seed=config.seed,
-    )
+    solver, opts = _solver_and_options(config)
     try:
         problem.solve(solver=solver, **opts)
     except Exception as err:  # noqa: BLE001 - any solver error becomes a logged fallback

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from market.base import JobView
+from market.base import JobView, job_arrays
 from market.policies.min_total_duration import analytic_center
 
 
@@ -142,11 +142,7 @@ class FinishTimeFairnessPolicy:
             self._prev_rem = {}
             self._prev_iso_thr = {}
             return {}
-        ordered = sorted(jobs, key=lambda j: j.job_id)
-        ids = [j.job_id for j in ordered]
-        sf = np.array([j.scale_factor for j in ordered], dtype=float)
-        thr = np.array([float(j.throughput) for j in ordered])
-        rem = np.array([float(j.remaining_steps) for j in ordered])
+        ordered, ids, sf, thr, rem = job_arrays(jobs)
         since = np.array([now_s - j.arrival_s for j in ordered])
         share = isolated_share(sf, num_gpus)
         iso_thr = thr * share

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from market.base import JobView
+from market.base import JobView, job_arrays
 
 
 def analytic_center(
@@ -189,11 +189,7 @@ class MinTotalDurationPolicy:
         """
         if not jobs:
             return {}
-        ordered = sorted(jobs, key=lambda j: j.job_id)
-        ids = [j.job_id for j in ordered]
-        sf = np.array([j.scale_factor for j in ordered], dtype=float)
-        thr = np.array([float(j.throughput) for j in ordered])
-        rem = np.array([float(j.remaining_steps) for j in ordered])
+        ordered, ids, sf, thr, rem = job_arrays(jobs)
         ok = thr > 0
         x = np.zeros(len(ordered))
         if not ok.any():

@@ -146,3 +146,19 @@ def test_cli_mistyped_config_value(tmp_path, capsys):
     cfg.write_text("[gavel]\nreset_interval_s = \"soon\"\n")
     err = _bad(tmp_path, capsys, ["simulate", "--config", str(cfg), "--no-progress"])
     assert "c.toml:2" in err and "gavel.reset_interval_s" in err
+
+
+def test_a_policy_that_raises_ends_the_run_with_an_error(tmp_path, monkeypatch):
+    from market.gavel import GavelMechanism
+
+    def broken(self, ctx):
+        if ctx.round_index == 2:
+            raise ValueError("policy exploded")
+        return original(self, ctx)
+
+    original = GavelMechanism.select
+    monkeypatch.setattr(GavelMechanism, "select", broken)
+    trace, thr = _write_small(tmp_path)
+    spec = resolve_run(None, trace=str(trace), throughputs=str(thr), num_gpus=8, policy="max_min_fairness")
+    with pytest.raises(RuntimeError, match="round 2 could not be scheduled"):
+        simulate(spec)
