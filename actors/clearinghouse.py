@@ -47,6 +47,7 @@ from actors.messages import (
 )
 from market.base import JobView, RoundContext, RoundPolicy
 from market.placement import place_gang_jobs
+from workloads.adaptation import WorkloadConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from actors.bus import Bus
@@ -106,6 +107,7 @@ class Clearinghouse(Actor):
         predictor: the predictor's address when the policy uses predictions.
         expected_jobs: the run is over when this many jobs have finished (None: never).
         on_round: progress callback ``(round_index, now_s, jobs_done, jobs_total)``.
+        workload: workload-model knobs (progress rounding at batch-size changes).
     """
 
     def __init__(
@@ -121,8 +123,10 @@ class Clearinghouse(Actor):
         predictor: str | None = None,
         expected_jobs: int | None = None,
         on_round: Callable[[int, float, int, int | None], None] | None = None,
+        workload: WorkloadConfig | None = None,
     ) -> None:
         super().__init__("clearinghouse", bus)
+        self.workload = workload or WorkloadConfig()
         self.policy = policy
         self.servers = [list(s) for s in servers]
         self.config = config
@@ -232,6 +236,7 @@ class Clearinghouse(Actor):
             predictor=self.predictor,
             max_failures=self.config.max_failures,
             complete_on_overshoot=self.config.complete_on_overshoot,
+            progress_rounding=self.workload.progress_rounding,
         )
 
     # -- reports --------------------------------------------------------------------------

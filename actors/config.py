@@ -12,6 +12,7 @@ section            owner
 ``[gavel]``        :class:`market.gavel.GavelConfig`
 ``[shockwave]``    :class:`market.shockwave.ShockwaveConfig`
 ``[predictor]``    :class:`predictor.PredictorConfig`
+``[workload]``     :class:`workloads.adaptation.WorkloadConfig`
 ``[live]``         :class:`actors.live_config.LiveConfig` (``serve``/``worker``)
 ``[torch]``        :class:`gpu_runtime.torch_backend.TorchBackendConfig` (``worker --backend torch``)
 =================  =========================================================
@@ -78,6 +79,7 @@ def _owners() -> dict[str, type]:
     from market.gavel import GavelConfig
     from market.shockwave import ShockwaveConfig
     from predictor import PredictorConfig
+    from workloads.adaptation import WorkloadConfig
 
     return {
         "rounds": ClearinghouseConfig,
@@ -85,6 +87,7 @@ def _owners() -> dict[str, type]:
         "gavel": GavelConfig,
         "shockwave": ShockwaveConfig,
         "predictor": PredictorConfig,
+        "workload": WorkloadConfig,
         "live": LiveConfig,
         "torch": TorchBackendConfig,
     }
@@ -111,6 +114,7 @@ class RunConfig:
     shockwave: Any
     predictor: Any
     base_dir: Path
+    workload: Any = None
     live: Any = None
     torch: Any = None
 

@@ -61,6 +61,8 @@ class JobActor(Actor):
         complete_on_overshoot: complete a job as soon as a batch-size change's rescaled
             progress reaches its rescaled total. The reference (False) lets it run zero-step
             leases that fail, and completes it after ``max_failures`` of them.
+        progress_rounding: progress conversion at a batch-size change ("ceil", the reference, or
+            "proportional"; :class:`workloads.adaptation.WorkloadConfig`).
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class JobActor(Actor):
         predictor: str | None = None,
         max_failures: int = 5,
         complete_on_overshoot: bool = False,
+        progress_rounding: str = "ceil",
     ) -> None:
         super().__init__(f"job/{job_id}", bus)
         self.job_id = job_id
@@ -93,6 +96,7 @@ class JobActor(Actor):
         self.failures = 0
         self.max_failures = max_failures
         self.complete_on_overshoot = complete_on_overshoot
+        self.progress_rounding = progress_rounding
         #: lease ids whose report was applied (a duplicate report is ignored)
         self.applied_leases: set[int] = set()
         self.cap_s: int | None = None
@@ -124,7 +128,7 @@ class JobActor(Actor):
         old = self.batch_size
         if model in SAMPLES_PER_EPOCH:
             self.total_steps, self.steps_done = rescale_for_batch_size_change(
-                self.total_steps, self.steps_done, model, old, new_bs
+                self.total_steps, self.steps_done, model, old, new_bs, self.progress_rounding
             )
         self.batch_size = new_bs
         self.throughput = new_throughput

@@ -107,7 +107,7 @@ async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
 
         def profile_of(job_spec):
             if job_spec.job_id not in profiles:
-                profiles[job_spec.job_id] = build_profile(job_spec, table)
+                profiles[job_spec.job_id] = build_profile(job_spec, table, spec.config.workload)
             return profiles[job_spec.job_id]
 
         clearinghouse = Clearinghouse(
@@ -121,6 +121,7 @@ async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
             predictor=predictor_address,
             expected_jobs=len(jobs),
             on_round=on_round,
+            workload=spec.config.workload,
         )
         spawn(clearinghouse)
         spawn(ReplayDriver(bus, jobs))

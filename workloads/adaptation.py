@@ -31,6 +31,7 @@ Quirks reproduced on purpose (each documented where it lives):
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Mapping
 
@@ -42,6 +43,7 @@ __all__ = [
     "GNS_SWITCH_EPOCHS",
     "GNS_PATTERN_EPOCHS",
     "ACCORDION_PROFILE_HEAD_FRACTION",
+    "WorkloadConfig",
     "gns_schedule",
     "gns_batch_size_at",
     "accordion_profile_schedule",
@@ -105,6 +107,29 @@ GNS_PATTERN_EPOCHS = 760
 
 #: Accordion profiles keep the initial batch size for every epoch ``e <= 0.3 * E``.
 ACCORDION_PROFILE_HEAD_FRACTION = 0.3
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Knobs of the workload model that change results (``[workload]``; reference values).
+
+    accordion_profile_head_fraction: the profiled Accordion schedule keeps the initial batch size
+        for every epoch up to this fraction of the job (the reference's 0.3). The online rule never
+        applies it (SHOCKWAVE_REFERENCE.md §2.2), so the profile — Shockwave's predictor input and
+        the ρ denominator — and the simulated jobs disagree; 0.0 makes the profile follow the
+        online rule's regimes.
+    progress_rounding: how progress converts at a batch-size change (§2.4): "ceil" credits a
+        started epoch as complete (the reference), "proportional" keeps the samples processed.
+    """
+
+    accordion_profile_head_fraction: float = ACCORDION_PROFILE_HEAD_FRACTION
+    progress_rounding: str = "ceil"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.accordion_profile_head_fraction <= 1.0:
+            raise ValueError("accordion_profile_head_fraction must be in [0, 1]")
+        if self.progress_rounding not in ("ceil", "proportional"):
+            raise ValueError(f"progress_rounding must be 'ceil' or 'proportional', got {self.progress_rounding!r}")
 
 #: Models Accordion never changes (reference: ``Transformer``, ``CycleGAN``, ``A3C``).
 _ACCORDION_STATIC_MODELS = frozenset({"Transformer", "CycleGAN", "A3C"})
@@ -248,11 +273,14 @@ def _accordion_profile_critical(model: str, initial_batch_size: int, num_epochs:
     return critical
 
 
-def accordion_profile_schedule(model: str, initial_batch_size: int, num_epochs: int) -> np.ndarray:
+def accordion_profile_schedule(
+    model: str, initial_batch_size: int, num_epochs: int, head_fraction: float = ACCORDION_PROFILE_HEAD_FRACTION
+) -> np.ndarray:
     """Accordion batch size of every epoch, as profiled (reference ``get_accordion_bs_pattern``).
 
     An epoch ``e`` uses ``MAX_BATCH_SIZE[model]`` when it is outside every critical regime
-    (:func:`accordion_in_critical_regime` with ``profile=True``) **and** ``e > 0.3 * num_epochs``;
+    (:func:`accordion_in_critical_regime` with ``profile=True``) **and** ``e > head_fraction *
+    num_epochs`` (0.3 in the reference);
     otherwise the initial batch size. Transformer (and CycleGAN, A3C) never change.
 
     Example: ResNet-18 at 32 with E = 92 keeps 32 for epochs 0..27 (28 epochs) and uses 256
@@ -270,7 +298,7 @@ def accordion_profile_schedule(model: str, initial_batch_size: int, num_epochs: 
     big = MAX_BATCH_SIZE[model] if model in ADAPTIVE_MODELS else initial_batch_size
     critical = _accordion_profile_critical(model, initial_batch_size, num_epochs)
     # The float comparison is the reference's: ``epoch > num_epochs * 0.3``.
-    late = np.arange(num_epochs) > num_epochs * ACCORDION_PROFILE_HEAD_FRACTION
+    late = np.arange(num_epochs) > num_epochs * head_fraction
     out[~critical & late] = big
     return out
 
@@ -347,7 +375,12 @@ def requested_batch_size(
 
 
 def rescale_for_batch_size_change(
-    total_steps: int, steps_done: int, model: str, old_batch_size: int, new_batch_size: int
+    total_steps: int,
+    steps_done: int,
+    model: str,
+    old_batch_size: int,
+    new_batch_size: int,
+    progress_rounding: str = "ceil",
 ) -> tuple[int, int]:
     """New ``(total_steps, steps_done)`` after a batch-size change (§2.4 points 3 and 4).
 
@@ -357,7 +390,8 @@ def rescale_for_batch_size_change(
       ``T' = n(new) * E`` (the epoch count is preserved);
     - progress: ``c = ceil(steps_done / n(old))`` epochs, ``steps_done' = c * n(new)``. The ceil
       credits a partially finished epoch as complete at every change (reference quirk), so
-      ``steps_done'`` may even exceed ``T'``.
+      ``steps_done'`` may even exceed ``T'``. With ``progress_rounding="proportional"``,
+      ``steps_done' = floor(steps_done · old / new)`` (the samples processed are kept).
 
     Integer arithmetic throughout (the reference multiplies by the float ``1 / (new / old)``,
     which is exact for its power-of-two ratios).
@@ -371,5 +405,7 @@ def rescale_for_batch_size_change(
     new_total = -(-int(total_steps) * int(old_batch_size) // int(new_batch_size))
     if -(-new_total // new_n) != epochs:
         new_total = new_n * epochs
+    if progress_rounding == "proportional":
+        return new_total, int(steps_done) * int(old_batch_size) // int(new_batch_size)
     done_epochs = -(-int(steps_done) // old_n) if steps_done > 0 else 0
     return new_total, done_epochs * new_n

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workloads.adaptation import accordion_profile_schedule, gns_schedule
+from workloads.adaptation import WorkloadConfig, accordion_profile_schedule, gns_schedule
 from workloads.models import SAMPLES_PER_EPOCH, steps_per_epoch
 from workloads.throughputs import ThroughputTable
 from workloads.trace import TraceJob
@@ -78,12 +78,13 @@ class JobProfile:
         return tuple(int(b) for b in np.unique(self.bs_every_epoch))
 
 
-def profile_batch_sizes(job: TraceJob, num_epochs: int) -> np.ndarray:
+def profile_batch_sizes(job: TraceJob, num_epochs: int, config: WorkloadConfig | None = None) -> np.ndarray:
     """The planned batch size of every epoch for ``job``'s mode: static ``[bs0] * E``,
     accordion :func:`~workloads.adaptation.accordion_profile_schedule`, gns
     :func:`~workloads.adaptation.gns_schedule`. Shape (num_epochs,), int64."""
     if job.mode == "accordion":
-        return accordion_profile_schedule(job.model, job.batch_size, num_epochs)
+        head = (config or WorkloadConfig()).accordion_profile_head_fraction
+        return accordion_profile_schedule(job.model, job.batch_size, num_epochs, head)
     if job.mode == "gns":
         return gns_schedule(job.model, job.batch_size, num_epochs, job.scale_factor)
     if job.mode == "static":
@@ -91,7 +92,7 @@ def profile_batch_sizes(job: TraceJob, num_epochs: int) -> np.ndarray:
     raise ValueError(f"job {job.job_id}: unknown mode {job.mode!r}")
 
 
-def build_profile(job: TraceJob, throughputs: ThroughputTable) -> JobProfile:
+def build_profile(job: TraceJob, throughputs: ThroughputTable, config: WorkloadConfig | None = None) -> JobProfile:
     """The profile of one trace job, as the reference's ``generate_pickle_file``.
 
     - ``E = ceil(total_steps / ceil(samples / bs0))``;
@@ -105,7 +106,7 @@ def build_profile(job: TraceJob, throughputs: ThroughputTable) -> JobProfile:
     """
     samples = SAMPLES_PER_EPOCH[job.model]
     num_epochs = -(-job.total_steps // steps_per_epoch(job.model, job.batch_size))
-    bs = profile_batch_sizes(job, num_epochs)
+    bs = profile_batch_sizes(job, num_epochs, config)
     # Schedules are piecewise constant: find the distinct batch sizes from the change points
     # (much cheaper than np.unique over E entries), then map every epoch to its mode.
     starts = np.flatnonzero(bs[1:] != bs[:-1]) + 1
