@@ -17,7 +17,8 @@ section            owner
 ``[torch]``        :class:`gpu_runtime.torch_backend.TorchBackendConfig` (``worker --backend torch``)
 =================  =========================================================
 
-Relative paths in ``[simulation]`` are resolved against the configuration file's folder.
+Relative paths in ``[simulation]`` are resolved against the configuration file's folder, then
+against the bundled ``configs/`` folder.
 Errors are :class:`workloads.errors.InputError` naming the file, the line and the key.
 """
 
@@ -119,9 +120,16 @@ class RunConfig:
     torch: Any = None
 
     def path(self, value: str) -> Path:
-        """Resolve a path from the file (relative to the configuration's folder)."""
+        """Resolve a path from the file: relative to the configuration's folder, else to the
+        bundled ``configs/`` folder (so a small configuration can use the bundled data)."""
         p = Path(value).expanduser()
-        return p if p.is_absolute() else self.base_dir / p
+        if p.is_absolute():
+            return p
+        local = self.base_dir / p
+        if local.exists():
+            return local
+        bundled = Path(str(BUNDLED)) / p
+        return bundled if bundled.exists() else local
 
     def build_policy(self, name: str, *, seed: int | None = None, live: bool = False):
         """A fresh round policy ``name`` with this configuration's knobs.

@@ -162,3 +162,11 @@ def test_a_policy_that_raises_ends_the_run_with_an_error(tmp_path, monkeypatch):
     spec = resolve_run(None, trace=str(trace), throughputs=str(thr), num_gpus=8, policy="max_min_fairness")
     with pytest.raises(RuntimeError, match="round 2 could not be scheduled"):
         simulate(spec)
+
+
+def test_a_small_config_uses_the_bundled_data_and_its_knobs(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[workload]\nprogress_rounding = "proportional"\n')
+    spec = resolve_run(str(cfg))
+    assert spec.trace.name.startswith("120_") and spec.trace.is_file()
+    assert spec.config.workload.progress_rounding == "proportional"
