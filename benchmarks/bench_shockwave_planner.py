@@ -13,25 +13,16 @@ import argparse
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from market.shockwave import ShockwaveConfig, plan_window  # noqa: E402
+from market.shockwave import PlanInput, ShockwaveConfig, plan_window  # noqa: E402
 
 
-@dataclass(frozen=True)
-class Job:
-    job_id: int
-    scale_factor: int
-    num_epochs: int
-    epochs_done: int
-    remaining_s: float
-    mean_epoch_s: float
-    target_finish_s: float
+Job = PlanInput
 
 
 def instance(n: int, gpus: int, seed: int, now_s: float = 7200.0) -> list[Job]:

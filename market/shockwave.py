@@ -126,6 +126,20 @@ class PlanJob(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class PlanInput:
+    """A plain :class:`PlanJob` (field order as the protocol): used when the predictor has no
+    prediction for a job, and by tests and benchmarks."""
+
+    job_id: int
+    scale_factor: int
+    num_epochs: int
+    epochs_done: int
+    remaining_s: float
+    mean_epoch_s: float
+    target_finish_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class ShockwaveConfig:
     """Shockwave hyper-parameters (reference: scheduler/configurations/*.json, §4.11).
 
@@ -858,19 +872,6 @@ def _config_dict(config: ShockwaveConfig) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- the policy
-@dataclass(frozen=True, slots=True)
-class _ViewJob:
-    """Planner input built from a JobView when the predictor has no prediction for a job."""
-
-    job_id: int
-    scale_factor: int
-    num_epochs: int
-    epochs_done: int
-    remaining_s: float
-    mean_epoch_s: float
-    target_finish_s: float
-
-
 class ShockwavePolicy:
     """Round policy: re-plans the window when needed and serves the cached plan (§4.10).
 
@@ -936,7 +937,7 @@ class ShockwavePolicy:
             thr = view.throughput if view.throughput > 0 else 1.0
             remaining = view.remaining_steps / thr
             out.append(
-                _ViewJob(
+                PlanInput(
                     job_id=job_id,
                     scale_factor=view.scale_factor,
                     num_epochs=max(1, view.total_steps),

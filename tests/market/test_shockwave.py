@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -10,19 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from market.base import JobView, RoundContext
-from market.shockwave import ShockwaveConfig, ShockwavePolicy, pack_contiguous, pack_counts, plan_window, tabulate
+from market.shockwave import PlanInput, ShockwaveConfig, ShockwavePolicy, pack_contiguous, pack_counts, plan_window, tabulate
 from market.solver import choose_solver, solver_options
 
 
-@dataclass(frozen=True)
-class Job:
-    job_id: int
-    scale_factor: int
-    num_epochs: int
-    epochs_done: int
-    remaining_s: float
-    mean_epoch_s: float
-    target_finish_s: float
+Job = PlanInput
 
 
 def _random_jobs(rng: np.random.Generator, n: int, widths=(1, 2, 4), now: float = 1000.0) -> list[Job]:
