@@ -14,7 +14,7 @@ section            owner
 ``[predictor]``    :class:`predictor.PredictorConfig`
 ``[workload]``     :class:`workloads.adaptation.WorkloadConfig`
 ``[live]``         :class:`actors.live_config.LiveConfig` (``serve``/``worker``)
-``[torch]``        :class:`gpu_runtime.torch_backend.TorchBackendConfig` (``worker --backend torch``)
+``[torch]``        :class:`gpu_runtime.torch_config.TorchBackendConfig` (``worker --backend torch``)
 =================  =========================================================
 
 Relative paths in ``[simulation]`` are resolved against the configuration file's folder, then
@@ -76,7 +76,7 @@ def _owners() -> dict[str, type]:
     from actors.clearinghouse import ClearinghouseConfig
     from actors.live_config import LiveConfig
     from gpu_runtime.emulated import EmulationConfig
-    from gpu_runtime.torch_backend import TorchBackendConfig
+    from gpu_runtime.torch_config import TorchBackendConfig
     from market.gavel import GavelConfig
     from market.shockwave import ShockwaveConfig
     from predictor import PredictorConfig

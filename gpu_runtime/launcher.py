@@ -35,6 +35,7 @@ from typing import Any, Literal
 from msgspec import structs
 
 from gpu_runtime.lease import ENV_PREFIX, LeaseEnded, LeaseSpec, read_reports
+from gpu_runtime.torch_config import TRAIN_MODULE  # re-exported: the default training module
 
 __all__ = [
     "EXIT_LEASE_END",
@@ -56,8 +57,6 @@ EXIT_LEASE_END = 0
 EXIT_COMPLETED = 10
 
 ExitKind = Literal["completed", "lease_end", "preempted", "failed"]
-
-TRAIN_MODULE = "gpu_runtime.torch_runtime.train"
 
 
 @dataclass(frozen=True)

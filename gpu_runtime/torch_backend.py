@@ -60,8 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpu_runtime.launcher import TRAIN_MODULE, LeaseOutcome, LeaseProcess, Placement
+from gpu_runtime.launcher import LeaseOutcome, LeaseProcess, Placement
 from gpu_runtime.lease import BatchSizeChanged, LeaseEnded, LeaseSpec, Progress, decode_report_json
+from gpu_runtime.torch_config import TorchBackendConfig
 from workloads.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,62 +71,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["TorchBackendConfig", "TorchBackend", "train_args", "rendezvous_port", "latest_checkpoint_steps"]
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.pt$")
-
-
-@dataclass
-class TorchBackendConfig:
-    """``[torch]``: knobs of ``worker --backend torch`` (seconds, ports).
-
-    Attributes:
-        checkpoint_root: folder of the jobs' checkpoints (``job-<id>/``), progress files and
-            torchrun logs; shared by all nodes when gangs span nodes. Use one per cluster
-            database (job ids restart with a new database).
-        python: interpreter running torchrun ("": the worker's own).
-        module: training module run by each rank (must follow :mod:`gpu_runtime.lease`).
-        device: ``"cpu"`` (gloo, one CPU rank per slot) or ``"cuda"`` (NCCL, one GPU per slot).
-        grace_s: seconds between SIGTERM and SIGKILL when a lease is stopped.
-        threads_per_rank: ``OMP_NUM_THREADS`` / torch threads of each rank.
-        master_port_min, master_port_max: rendezvous ports of gangs spanning nodes.
-        advertise_host: this node's address for other nodes ("": its FQDN).
-        join_timeout_s: c10d rendezvous join timeout of gangs spanning nodes.
-        report_interval_s: seconds between two Progress reports of the trainer.
-        poll_interval_s: seconds between two reads of a progress file.
-        extend_leases: keep a job's process across rounds while it keeps its GPUs.
-        linger_s: seconds a process outlives its lease waiting for an extension.
-        report_lead_s: the report is sent this long before the lease's end (extension mode).
-        checkpoint_margin_s: without extension, the trainer stops this long before the end.
-    """
-
-    checkpoint_root: str = "shockwave_checkpoints"
-    python: str = ""
-    module: str = TRAIN_MODULE
-    device: str = "cpu"
-    grace_s: float = 30.0
-    threads_per_rank: int = 1
-    master_port_min: int = 29600
-    master_port_max: int = 29999
-    advertise_host: str = ""
-    join_timeout_s: float = 60.0
-    report_interval_s: float = 1.0
-    poll_interval_s: float = 0.2
-    extend_leases: bool = True
-    linger_s: float = 5.0
-    report_lead_s: float = 0.3
-    checkpoint_margin_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"[torch] device must be 'cpu' or 'cuda', got {self.device!r}")
-        if not 0 < self.master_port_min <= self.master_port_max <= 65535:
-            raise ValueError("[torch] needs 0 < master_port_min <= master_port_max <= 65535")
-        for name in ("grace_s", "linger_s", "report_lead_s", "checkpoint_margin_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"[torch] {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("poll_interval_s", "join_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"[torch] {name} must be > 0, got {getattr(self, name)}")
-        if self.threads_per_rank < 1:
-            raise ValueError(f"[torch] threads_per_rank must be >= 1, got {self.threads_per_rank}")
 
 
 def rendezvous_port(lease_id: int, config: TorchBackendConfig) -> int:
