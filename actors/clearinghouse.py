@@ -32,7 +32,6 @@ from actors.actor import Actor, handles
 from actors.job import JobActor
 from actors.messages import (
     JobAccepted,
-    JobProfileMsg,
     JobProgress,
     JobSpec,
     Lease,
@@ -210,11 +209,7 @@ class Clearinghouse(Actor):
                 scale_factor=spec.scale_factor,
             )
             if profile is not None:
-                msg.profile = JobProfileMsg(
-                    samples_per_epoch=profile.samples_per_epoch,
-                    bs_every_epoch=profile.bs_every_epoch.tolist(),
-                    duration_every_epoch=profile.duration_every_epoch.tolist(),
-                )
+                msg.profile = profile
             else:
                 msg.num_epochs = 1
                 msg.samples_per_epoch = max(1, spec.total_steps)

@@ -2,25 +2,47 @@
 
 In simulation there is one actor per GPU and a gang's lease goes to its lead GPU (the first id
 of the placement); the back end is :class:`gpu_runtime.emulated.EmulatedBackend`.
+
+The actor adapts the bus to the back-end protocol (:mod:`gpu_runtime.backend`): a
+:class:`~actors.messages.Lease` becomes a :class:`~gpu_runtime.backend.LeaseRequest`, and what the
+back end reports goes to the job actor as a :class:`~actors.messages.LeaseReport` (a
+:class:`~gpu_runtime.backend.LeaseOutcome`) or a :class:`~actors.messages.LeaseProgress` (a
+:class:`~gpu_runtime.backend.LeaseProgress`). Each message's payload has the fields of its
+back-end type, so the adaptation only drops or adds the envelope.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from actors.actor import Actor, handles
-from actors.messages import Lease, LeaseReport, StopLease
+from actors.messages import Lease, LeaseProgress, LeaseReport, StopLease
+from gpu_runtime import backend as runtime
+from gpu_runtime.backend import Backend
 
 if TYPE_CHECKING:  # pragma: no cover
     from actors.bus import Bus
 
+__all__ = ["Backend", "GPUActor", "lease_request", "report_message"]
 
-class Backend(Protocol):
-    """Runs leases; calls ``report`` once per lease when the gang is released."""
 
-    def start(self, lease: Lease, report: Callable[[LeaseReport], None]) -> None: ...
+def lease_request(lease: Lease) -> runtime.LeaseRequest:
+    """The back end's view of a :class:`Lease` message (its payload, without the envelope)."""
+    return msgspec.convert(lease, runtime.LeaseRequest, from_attributes=True)
 
-    def stop(self, lease_id: int) -> None: ...
+
+def report_message(report: runtime.LeaseOutcome | runtime.LeaseProgress) -> LeaseReport | LeaseProgress:
+    """The message carrying a back end's report to the lease's job actor (``job/<id>``)."""
+    fields = msgspec.structs.asdict(report)
+    dst = f"job/{report.job_id}"
+    if isinstance(report, runtime.LeaseOutcome):
+        fields["gpu_ids"] = list(report.gpu_ids)
+        return LeaseReport(dst=dst, **fields)
+    if isinstance(report, runtime.LeaseProgress):
+        return LeaseProgress(dst=dst, **fields)
+    raise TypeError(f"a back end reported {type(report).__name__}, not a LeaseOutcome or LeaseProgress")
 
 
 class GPUActor(Actor):
@@ -41,12 +63,11 @@ class GPUActor(Actor):
     @handles(Lease)
     def on_lease(self, lease: Lease) -> None:
         self.leases_run += 1
-        self.backend.start(lease, self._report)
+        self.backend.start(lease_request(lease), self._report)
 
     @handles(StopLease)
     def on_stop_lease(self, msg: StopLease) -> None:
         self.backend.stop(msg.lease_id)
 
-    def _report(self, report: LeaseReport) -> None:
-        report.dst = f"job/{report.job_id}"
-        self.send(report)
+    def _report(self, report: runtime.LeaseOutcome | runtime.LeaseProgress) -> None:
+        self.send(report_message(report))

@@ -1,7 +1,8 @@
 """Job actors: one per admitted job; they own its training state.
 
 A job actor receives its lease reports, keeps steps, batch size, run time and completion, and
-tells the clearinghouse (and the predictor, when there is one) with :class:`JobProgress`.
+tells the clearinghouse (and the predictor, when there is one) with :class:`JobProgress`,
+published on the bus topic :data:`PROGRESS_TOPIC`.
 
 Rules (SHOCKWAVE_REFERENCE.md §2.4, §3.5):
 
@@ -43,6 +44,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 EMA_ALPHA = 0.5
 
+#: the bus topic a job actor publishes its :class:`JobProgress` on; each job actor subscribes
+#: its predictor (when there is one) and then its clearinghouse, so they get it in that order
+PROGRESS_TOPIC = "job_progress"
+
 
 class JobActor(Actor):
     """State of one job; address ``job/<id>``.
@@ -55,7 +60,8 @@ class JobActor(Actor):
         throughput: initial steps/s estimate of the whole gang.
         isolated_runtime_s: for the completion cap (None: no cap).
         completion_cap_factor: the cap's factor (reference 1.5) or None.
-        clearinghouse, predictor: addresses to report to (predictor None: none).
+        clearinghouse, predictor: addresses to report to (predictor None: none); both are
+            subscribed to :data:`PROGRESS_TOPIC`.
         max_failures: consecutive failed leases after which the job is marked failed (reference
             ``MAX_FAILED_ATTEMPTS`` = 5).
         complete_on_overshoot: complete a job as soon as a batch-size change's rescaled
@@ -102,6 +108,9 @@ class JobActor(Actor):
         self.cap_s: int | None = None
         if isolated_runtime_s is not None and completion_cap_factor is not None:
             self.cap_s = int(isolated_runtime_s * completion_cap_factor)
+        for address in (predictor, clearinghouse):
+            if address is not None:
+                bus.subscribe(PROGRESS_TOPIC, address)
 
     def _steps_per_epoch(self) -> int:
         if self.spec.model in SAMPLES_PER_EPOCH:
@@ -170,7 +179,7 @@ class JobActor(Actor):
             if change is not None and self.complete_on_overshoot and self.steps_done >= self.total_steps:
                 self.completed = True
         progress = JobProgress(
-            dst=self.clearinghouse,
+            src=self.address,
             job_id=self.job_id,
             lease_id=report.lease_id,
             round_index=report.round_index,
@@ -191,11 +200,7 @@ class JobActor(Actor):
             lease_failed=report.failed,
             reason=report.reason if report.failed else "",
         )
-        if self.predictor is not None:
-            progress.dst = self.predictor
-            self.send(progress)
-            progress = msgspec.structs.replace(progress, dst=self.clearinghouse, msg_id=0)
-        self.send(progress)
+        self.bus.publish(PROGRESS_TOPIC, progress)
         if self.completed:
             self.stop()
 

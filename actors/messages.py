@@ -18,6 +18,9 @@ from typing import Annotated, Literal, Union
 import msgspec
 from msgspec import Meta, Struct
 
+from predictor.predictor import Prediction
+from workloads.profile import JobProfile
+
 NonNeg = Annotated[float, Meta(ge=0)]
 NonNegInt = Annotated[int, Meta(ge=0)]
 PosInt = Annotated[int, Meta(ge=1)]
@@ -177,22 +180,15 @@ class JobProgress(Message, tag="job_progress"):
     reason: str = ""
 
 
-class JobProfileMsg(Struct, kw_only=True, forbid_unknown_fields=True):
-    """A job's profile (SHOCKWAVE_REFERENCE.md §1.5) for the predictor: per-epoch batch size and seconds."""
-
-    samples_per_epoch: PosInt
-    bs_every_epoch: list[int]
-    duration_every_epoch: list[float]
-
-
 class PredictorAddJob(Message, tag="predictor_add_job"):
-    """Clearinghouse -> predictor: start tracking a job (profile None for live jobs)."""
+    """Clearinghouse -> predictor: start tracking a job (``profile``: its
+    :class:`workloads.profile.JobProfile`, SHOCKWAVE_REFERENCE.md §1.5; None for live jobs)."""
 
     job_id: int
     submit_s: float
     round_index: NonNegInt
     scale_factor: PosInt
-    profile: JobProfileMsg | None = None
+    profile: JobProfile | None = None
     num_epochs: NonNegInt | None = None  # live jobs without a profile
     samples_per_epoch: PosInt | None = None
     batch_size: PosInt | None = None
@@ -215,29 +211,9 @@ class PredictRequest(Message, tag="predict_request"):
     round_duration_s: NonNeg
 
 
-class Prediction(Struct, kw_only=True, forbid_unknown_fields=True):
-    """One job's prediction (SHOCKWAVE_REFERENCE.md §4.4–§4.6); fields as ``predictor.Prediction``.
-
-    remaining_s: posterior remaining runtime R_j; mean_epoch_s: d̄_j; elapsed_epochs_s: calibrated
-    seconds of the epochs done; fair_share_finish_s / target_finish_s: the latest fair-share
-    finish-time estimate and its momentum average FTobj_j.
-    """
-
-    job_id: int
-    scale_factor: PosInt
-    submit_s: float
-    num_epochs: NonNegInt
-    epochs_done: NonNegInt
-    remaining_s: float
-    mean_epoch_s: float
-    elapsed_epochs_s: float
-    fair_share_finish_s: float
-    target_finish_s: float
-    batch_size: PosInt
-
-
 class PredictReply(Message, tag="predict_reply"):
-    """Predictor -> clearinghouse."""
+    """Predictor -> clearinghouse: one :class:`predictor.Prediction` per tracked job
+    (SHOCKWAVE_REFERENCE.md §4.4–§4.6)."""
 
     predictions: list[Prediction]
 

@@ -2,21 +2,17 @@
 
 Fed by job progress (epochs done, measured throughput, batch size) and batch-size changes
 from the job actors, and by job arrivals and completions from the clearinghouse; answers
-:class:`PredictRequest` with one :class:`Prediction` per tracked job and
+:class:`PredictRequest` with one :class:`predictor.Prediction` per tracked job and
 :class:`QualityRequest` with the prediction-error summary.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from actors.actor import Actor, handles
 from actors.messages import (
     JobProgress,
-    Prediction,
     PredictorAddJob,
     PredictorRemoveJob,
     PredictReply,
@@ -28,14 +24,6 @@ from predictor import Predictor, PredictorConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from actors.bus import Bus
-
-
-@dataclass(frozen=True)
-class _Profile:
-    num_epochs: int
-    samples_per_epoch: int
-    bs_every_epoch: np.ndarray
-    duration_every_epoch: np.ndarray
 
 
 class PredictorActor(Actor):
@@ -53,21 +41,12 @@ class PredictorActor(Actor):
 
     @handles(PredictorAddJob)
     def on_add_job(self, msg: PredictorAddJob) -> None:
-        profile = None
-        if msg.profile is not None:
-            bs = np.asarray(msg.profile.bs_every_epoch, dtype=np.int64)
-            profile = _Profile(
-                num_epochs=int(bs.size),
-                samples_per_epoch=msg.profile.samples_per_epoch,
-                bs_every_epoch=bs,
-                duration_every_epoch=np.asarray(msg.profile.duration_every_epoch, dtype=float),
-            )
         self.model.add_job(
             msg.job_id,
             submit_s=msg.submit_s,
             round_index=msg.round_index,
             scale_factor=msg.scale_factor,
-            profile=profile,
+            profile=msg.profile,
             num_epochs=msg.num_epochs,
             samples_per_epoch=msg.samples_per_epoch,
             batch_size=msg.batch_size,
@@ -105,23 +84,7 @@ class PredictorActor(Actor):
             num_gpus=msg.num_gpus,
             round_duration_s=msg.round_duration_s,
         )
-        out = [
-            Prediction(
-                job_id=p.job_id,
-                scale_factor=p.scale_factor,
-                submit_s=p.submit_s,
-                num_epochs=p.num_epochs,
-                epochs_done=p.epochs_done,
-                remaining_s=p.remaining_s,
-                mean_epoch_s=p.mean_epoch_s,
-                elapsed_epochs_s=p.elapsed_epochs_s,
-                fair_share_finish_s=p.fair_share_finish_s,
-                target_finish_s=p.target_finish_s,
-                batch_size=p.batch_size,
-            )
-            for p in predictions.values()
-        ]
-        self.reply(msg, PredictReply(predictions=out))
+        self.reply(msg, PredictReply(predictions=list(predictions.values())))
 
     @handles(QualityRequest)
     def on_quality(self, msg: QualityRequest) -> None:

@@ -19,10 +19,16 @@ batch size).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
-from actors.messages import Lease
+import msgspec
+
+from gpu_runtime.backend import LeaseOutcome, LeaseRequest, ReportFn
+from sim_clock import get_clock
 from workloads.adaptation import accordion_request, current_epoch, gns_request, requested_batch_size
+
+__all__ = ["EmulatedBackend", "EmulationConfig", "adaptation_request", "run_lease"]
 
 
 @dataclass(frozen=True)
@@ -33,16 +39,7 @@ class EmulationConfig:
     restart_overhead_slack_s: float = 5.0
 
 
-@dataclass(frozen=True)
-class LeaseOutcome:
-    steps: int
-    execution_s: float
-    finish_s: float
-    requested_batch_size: int | None
-    failed: bool = False
-
-
-def adaptation_request(lease: Lease) -> int | None:
+def adaptation_request(lease: LeaseRequest) -> int | None:
     """The batch size the job's online adaptation rule asks for, or None."""
     if lease.mode == "static":
         return None
@@ -57,12 +54,28 @@ def adaptation_request(lease: Lease) -> int | None:
     return None if new == lease.batch_size else new
 
 
-def run_lease(lease: Lease, config: EmulationConfig) -> LeaseOutcome:
-    """What ``lease`` achieves on emulated GPUs. Pure."""
+def _outcome(lease: LeaseRequest, steps: int, execution_s: float, finish_s: float, failed: bool) -> LeaseOutcome:
+    return LeaseOutcome(
+        lease_id=lease.lease_id,
+        job_id=lease.job_id,
+        round_index=lease.round_index,
+        gpu_ids=lease.gpu_ids,
+        steps=steps,
+        execution_s=execution_s,
+        finish_s=finish_s,
+        batch_size=lease.batch_size,
+        requested_batch_size=adaptation_request(lease),
+        failed=failed,
+        reason="lease made no progress" if failed else "",
+    )
+
+
+def run_lease(lease: LeaseRequest, config: EmulationConfig) -> LeaseOutcome:
+    """What ``lease`` achieves on emulated GPUs (module docstring). Pure."""
     throughput = lease.throughput
     if throughput <= 0 or lease.remaining_steps <= 0:
         # No step and no time: the reference counts such a micro-task as failed (§3.5).
-        return LeaseOutcome(0, 0.0, lease.start_s, adaptation_request(lease), failed=True)
+        return _outcome(lease, 0, 0.0, lease.start_s, failed=True)
     steps = min(int(throughput * lease.duration_s), lease.remaining_steps)
     finish = lease.start_s + steps / throughput
     execution = finish - lease.start_s  # as the reference: finish time minus round start
@@ -74,14 +87,12 @@ def run_lease(lease: Lease, config: EmulationConfig) -> LeaseOutcome:
         factor = (execution - config.restart_overhead_s) / execution
         execution -= config.restart_overhead_s
         steps = int(steps * factor)
-    return LeaseOutcome(steps, execution, finish, adaptation_request(lease))
-
-
-__all__ = ["EmulationConfig", "LeaseOutcome", "adaptation_request", "run_lease"]
+    return _outcome(lease, steps, execution, finish, failed=False)
 
 
 class EmulatedBackend:
-    """Runs leases on emulated GPUs: the report is sent at the lease's finish time.
+    """Runs leases on emulated GPUs (a :class:`~gpu_runtime.backend.Backend`): the outcome is
+    reported at the lease's finish time.
 
     Under virtual time (simulation) the lease runs from ``lease.start_s`` and the report fires
     at ``finish_s`` on the loop's virtual timer. On the wall clock (live mode) the lease runs
@@ -94,49 +105,29 @@ class EmulatedBackend:
     """
 
     def __init__(self, config: EmulationConfig | None = None) -> None:
-        import asyncio
-
-        from sim_clock import get_clock
-
         self.config = config or EmulationConfig()
         self._loop = asyncio.get_running_loop()
         self._clock = get_clock(self._loop)
         self._timers: dict[int, object] = {}
-        self._running: dict[int, tuple[Lease, object, object]] = {}
+        self._running: dict[int, tuple[LeaseRequest, LeaseOutcome, ReportFn]] = {}
 
-    def start(self, lease: Lease, report) -> None:
-        import msgspec
-
-        from actors.messages import LeaseReport
-
+    def start(self, lease: LeaseRequest, report: ReportFn) -> None:
+        """Run ``lease``; ``report`` gets its :class:`~gpu_runtime.backend.LeaseOutcome` at the finish time."""
         live = not self._clock.virtual
         if live:
             now = self._clock.now()
             end = lease.start_s + lease.duration_s
             lease = msgspec.structs.replace(lease, start_s=now, duration_s=max(0.0, end - now))
         outcome = run_lease(lease, self.config)
-        msg = LeaseReport(
-            lease_id=lease.lease_id,
-            job_id=lease.job_id,
-            round_index=lease.round_index,
-            gpu_ids=list(lease.gpu_ids),
-            steps=outcome.steps,
-            execution_s=outcome.execution_s,
-            finish_s=outcome.finish_s,
-            batch_size=lease.batch_size,
-            requested_batch_size=outcome.requested_batch_size,
-            failed=outcome.failed,
-            reason="lease made no progress" if outcome.failed else "",
-        )
 
         def fire() -> None:
             self._timers.pop(lease.lease_id, None)
             self._running.pop(lease.lease_id, None)
-            report(msg)
+            report(outcome)
 
         if live:
             self._timers[lease.lease_id] = self._loop.call_later(max(0.0, outcome.finish_s - self._clock.now()), fire)
-            self._running[lease.lease_id] = (lease, msg, report)
+            self._running[lease.lease_id] = (lease, outcome, report)
         else:
             self._timers[lease.lease_id] = self._loop.call_at(outcome.finish_s, fire)
 
@@ -153,15 +144,17 @@ class EmulatedBackend:
         entry = self._running.pop(lease_id, None)
         if entry is None:
             return
-        lease, msg, report = entry
+        lease, outcome, report = entry
         timer = self._timers.pop(lease_id, None)
         if timer is not None:
             timer.cancel()  # type: ignore[attr-defined]
         now = self._clock.now()
-        elapsed = max(0.0, min(now, msg.finish_s) - lease.start_s)
-        full = msg.finish_s - lease.start_s
+        elapsed = max(0.0, min(now, outcome.finish_s) - lease.start_s)
+        full = outcome.finish_s - lease.start_s
         fraction = elapsed / full if full > 0 else 0.0
-        msg.steps = int(msg.steps * fraction)
-        msg.execution_s = min(msg.execution_s, elapsed)
-        msg.finish_s = now
-        report(msg)
+        report(msgspec.structs.replace(
+            outcome,
+            steps=int(outcome.steps * fraction),
+            execution_s=min(outcome.execution_s, elapsed),
+            finish_s=now,
+        ))

@@ -41,7 +41,7 @@ __all__ = [
     "EXIT_LEASE_END",
     "EXIT_COMPLETED",
     "ExitKind",
-    "LeaseOutcome",
+    "ProcessExit",
     "Placement",
     "build_command",
     "classify_exit",
@@ -157,8 +157,9 @@ def build_command(
 
 
 @dataclass(frozen=True)
-class LeaseOutcome:
-    """How a lease ended.
+class ProcessExit:
+    """How a lease's torchrun process ended (the back end turns it into the lease's
+    :class:`~gpu_runtime.backend.LeaseOutcome`).
 
     Attributes:
         kind: ``"completed"`` (job reached its steps, final checkpoint),
@@ -186,7 +187,7 @@ def classify_exit(
     *,
     terminated: bool = False,
     killed: bool = False,
-) -> LeaseOutcome:
+) -> ProcessExit:
     """Classify a lease's end from its final report and exit code.
 
     Rules, first match wins:
@@ -199,14 +200,14 @@ def classify_exit(
     """
     if report is not None and report.reason != "failed":
         if report.checkpoint_path and Path(report.checkpoint_path).exists():
-            return LeaseOutcome(report.reason, returncode, report, terminated, killed)
+            return ProcessExit(report.reason, returncode, report, terminated, killed)
         log.warning("lease %s reported %s without a checkpoint on disk", report.lease_id, report.reason)
     if report is None or report.reason != "failed":
         if returncode == EXIT_COMPLETED:
-            return LeaseOutcome("completed", returncode, report, terminated, killed)
+            return ProcessExit("completed", returncode, report, terminated, killed)
         if returncode == EXIT_LEASE_END and not terminated and not killed:
-            return LeaseOutcome("lease_end", returncode, report, terminated, killed)
-    return LeaseOutcome("failed", returncode, report, terminated, killed)
+            return ProcessExit("lease_end", returncode, report, terminated, killed)
+    return ProcessExit("failed", returncode, report, terminated, killed)
 
 
 def last_lease_ended(progress_file: str | os.PathLike[str] | None, lease_id: str) -> LeaseEnded | None:
@@ -274,7 +275,7 @@ class LeaseProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, sig)
 
-    async def wait(self) -> LeaseOutcome:
+    async def wait(self) -> ProcessExit:
         """Wait for the exit and classify it."""
         if self._proc is None:
             raise RuntimeError("lease not started")
@@ -283,11 +284,11 @@ class LeaseProcess:
         self._signal(signal.SIGKILL)
         return self.outcome(rc)
 
-    def outcome(self, returncode: int | None) -> LeaseOutcome:
+    def outcome(self, returncode: int | None) -> ProcessExit:
         report = last_lease_ended(self.spec.progress_file, self.spec.lease_id)
         return classify_exit(returncode, report, terminated=self._terminated, killed=self._killed)
 
-    async def stop(self, grace: float = 10.0) -> LeaseOutcome:
+    async def stop(self, grace: float = 10.0) -> ProcessExit:
         """Preempt: SIGTERM to the process group, wait ``grace`` seconds, then SIGKILL.
 
         The training script checkpoints on SIGTERM and reports ``preempted``.

@@ -1,12 +1,12 @@
 """The torch back end of the node agent: runs each lease as real training under ``torchrun``.
 
 ``shockwave worker --backend torch`` plugs :class:`TorchBackend` into every GPU actor of the
-node (:func:`actors.worker.make_backend`).  No torch import here: leases run as subprocesses
+node (a :class:`~gpu_runtime.backend.Backend`).  No torch import here: leases run as subprocesses
 (:class:`gpu_runtime.launcher.LeaseProcess`) of ``python -m torch.distributed.run -m
 gpu_runtime.torch_runtime.train``; the ``[torch]`` section (:class:`TorchBackendConfig`) sets
 the knobs.
 
-Per :class:`~actors.messages.Lease`:
+Per :class:`~gpu_runtime.backend.LeaseRequest`:
 
 * **Spec.** A :class:`~gpu_runtime.lease.LeaseSpec` with ``max_steps = ceil(remaining /
   scale factor)`` per rank, the job's checkpoint folder ``<checkpoint_root>/job-<id>`` and a
@@ -28,8 +28,8 @@ Per :class:`~actors.messages.Lease`:
   :class:`~gpu_runtime.lease.LeaseEnded`, and a file survives a worker restart).  On the lease's
   lead node (``node_rank`` 0) each :class:`~gpu_runtime.lease.Progress` and
   :class:`~gpu_runtime.lease.BatchSizeChanged` is forwarded at once as a
-  :class:`~actors.messages.LeaseProgress` (throughput in steps/s of the whole gang).
-* **End.** Lead node only: a :class:`~actors.messages.LeaseReport` with the job steps run in the
+  :class:`~gpu_runtime.backend.LeaseProgress` (throughput in steps/s of the whole gang).
+* **End.** Lead node only: a :class:`~gpu_runtime.backend.LeaseOutcome` with the job steps run in the
   lease, the training seconds (start-up excluded, as the emulated back end excludes the restart
   overhead), the finish time, the lease's batch size, the batch size the trainer moved to
   (``requested_batch_size``, already applied), the trainer's ``job_steps``/``total_steps`` and
@@ -43,7 +43,10 @@ restart); otherwise, or when another lease needs the GPUs, it is stopped: SIGTER
 checkpoints, ``grace_s`` later SIGKILL.  A preempted job resumes from its checkpoint in a later
 lease, possibly on other GPUs.  With ``extend_leases = false`` every lease is a new process that
 stops at the lease's end (its report is then the trainer's :class:`LeaseEnded`).
-:class:`~actors.messages.StopLease` stops the lease's process at once and reports.
+:meth:`TorchBackend.stop` stops the lease's process at once and reports.
+
+Time: lease times and the trainer's report times are Unix seconds, so the back end reads time
+from its clock (default: the running loop's), which must be a wall clock.
 """
 
 from __future__ import annotations
@@ -55,18 +58,19 @@ import re
 import shlex
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
-from gpu_runtime.launcher import LeaseOutcome, LeaseProcess, Placement
-from gpu_runtime.lease import BatchSizeChanged, LeaseEnded, LeaseSpec, Progress, decode_report_json
+from gpu_runtime.backend import LeaseOutcome, LeaseProgress, LeaseRequest, ReportFn
+from gpu_runtime.launcher import LeaseProcess, Placement, ProcessExit
+from gpu_runtime.lease import BatchSizeChanged, LeaseEnded, LeaseSpec, Progress, Report, decode_report_json
 from gpu_runtime.torch_config import TorchBackendConfig
+from sim_clock import get_clock
 from workloads.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.messages import Lease
+    from sim_clock import Clock
 
 __all__ = ["TorchBackendConfig", "TorchBackend", "train_args", "rendezvous_port", "latest_checkpoint_steps"]
 
@@ -88,7 +92,7 @@ def latest_checkpoint_steps(folder: str | Path) -> int | None:
     return max(found) if found else None
 
 
-def train_args(lease: "Lease") -> list[str]:
+def train_args(lease: LeaseRequest) -> list[str]:
     """Arguments of the training module for ``lease`` (module docstring, "Command").
 
     Raises:
@@ -112,8 +116,8 @@ class _Run:
     local_gpus: frozenset[int]
     proc: LeaseProcess
     lead: bool
-    lease: Any = None  # the current Lease, None while lingering
-    report: Callable[[Any], None] | None = None
+    lease: LeaseRequest | None = None  # None while lingering
+    report: ReportFn | None = None
     lease_start_wall: float = 0.0
     lease_start_steps: int = 0
     job_steps: int = 0
@@ -141,19 +145,29 @@ class TorchBackend:
     with the node's cluster-wide GPU ids after each registration, then the GPU actors call
     :meth:`start` / :meth:`stop`; :meth:`aclose` stops every process (checkpointed).
 
+    Args:
+        config: the ``[torch]`` knobs.
+        clock: where time is read (default: the running loop's clock).
+
     Attributes:
         advertise_host: the address sent with the node's registration.
         stats: counters (``launched``, ``resumed``, ``extended``, ``preempted``,
             ``completed``, ``failed``, ``batch_size_changes``).
+
+    Raises:
+        ValueError: ``clock`` is virtual (training processes run, and report, on wall time).
     """
 
-    def __init__(self, config: TorchBackendConfig | None = None) -> None:
+    def __init__(self, config: TorchBackendConfig | None = None, *, clock: "Clock | None" = None) -> None:
         import structlog
 
         self.config = config or TorchBackendConfig()
         self.advertise_host = self.config.advertise_host or socket.getfqdn()
         self.node_gpus: list[int] = []
         self._loop = asyncio.get_running_loop()
+        self._clock = clock if clock is not None else get_clock(self._loop)
+        if self._clock.virtual:
+            raise ValueError("the torch back end needs a wall clock: its training processes report Unix times")
         self._runs: dict[int, _Run] = {}  # job id -> its process on this node
         self._launching: dict[int, asyncio.Task] = {}  # lease id -> launch task
         self._finished: dict[int, LeaseEnded] = {}  # job id -> final report of a run that ended while lingering
@@ -167,7 +181,7 @@ class TorchBackend:
         """This node's cluster-wide GPU ids, in local device order."""
         self.node_gpus = list(gpu_ids)
 
-    def _local(self, lease: "Lease") -> list[int]:
+    def _local(self, lease: LeaseRequest) -> list[int]:
         return [g for g in lease.gpu_ids if g in self.node_gpus]
 
     def _spawn(self, coro) -> asyncio.Task:
@@ -177,7 +191,7 @@ class TorchBackend:
         return task
 
     # -- Backend protocol ---------------------------------------------------------------
-    def start(self, lease: "Lease", report: Callable[[Any], None]) -> None:
+    def start(self, lease: LeaseRequest, report: ReportFn) -> None:
         """Run ``lease`` (this node's part): adopt the job's running process or launch one."""
         run = self._runs.get(lease.job_id)
         if (
@@ -192,7 +206,7 @@ class TorchBackend:
         if final is not None and final.reason == "completed" and (run is None or not run.alive):
             # the job completed while its process lingered after the previous lease
             if lease.node_rank == 0:
-                report(self._report(lease, final.job_steps, 0, 0.0, time.time(), final.batch_size,
+                report(self._report(lease, final.job_steps, 0, 0.0, self._clock.now(), final.batch_size,
                                     final.job_steps, final.total_steps))
             return
         self._launching[lease.lease_id] = self._spawn(self._launch(lease, report))
@@ -222,7 +236,7 @@ class TorchBackend:
     def _job_dir(self, job_id: int) -> Path:
         return Path(self.config.checkpoint_root).expanduser().resolve() / f"job-{job_id}"
 
-    async def _launch(self, lease: "Lease", report: Callable[[Any], None]) -> None:
+    async def _launch(self, lease: LeaseRequest, report: ReportFn) -> None:
         cfg = self.config
         local = self._local(lease)
         try:
@@ -245,7 +259,7 @@ class TorchBackend:
                 lease_id=f"lease{lease.lease_id}",
                 round_index=lease.round_index,
                 max_steps=math.ceil(lease.remaining_steps / sf),
-                max_seconds=None if cfg.extend_leases else max(0.0, end - time.time()),
+                max_seconds=None if cfg.extend_leases else max(0.0, end - self._clock.now()),
                 deadline=None if cfg.extend_leases else end,
                 checkpoint_margin=cfg.checkpoint_margin_s,
                 checkpoint_dir=str(job_dir),
@@ -282,7 +296,7 @@ class TorchBackend:
             self._launching.pop(lease.lease_id, None)
             if lease.node_rank == 0:
                 steps = latest_checkpoint_steps(self._job_dir(lease.job_id))
-                report(self._report(lease, 0, 0, 0.0, time.time(), lease.batch_size, steps, None,
+                report(self._report(lease, 0, 0, 0.0, self._clock.now(), lease.batch_size, steps, None,
                                     failed=True, reason=f"launch failed: {exc}"[:500]))
             return
         self._launching.pop(lease.lease_id, None)
@@ -299,8 +313,8 @@ class TorchBackend:
                       resumed_from_steps=resumed)
         run.waiter = self._spawn(self._watch(run))
 
-    def _adopt(self, run: _Run, lease: "Lease", report: Callable[[Any], None]) -> None:
-        now = time.time()
+    def _adopt(self, run: _Run, lease: LeaseRequest, report: ReportFn) -> None:
+        now = self._clock.now()
         run.lease, run.report = lease, report
         run.lease_start_wall = now
         run.lease_start_steps = run.job_steps
@@ -353,9 +367,7 @@ class TorchBackend:
                 continue
             self._on_report(run, msg)
 
-    def _on_report(self, run: _Run, msg: Any) -> None:
-        from actors.messages import LeaseProgress
-
+    def _on_report(self, run: _Run, msg: Report) -> None:
         if isinstance(msg, Progress):
             if run.train_start_wall is None:
                 run.train_start_wall = msg.time - msg.seconds
@@ -387,13 +399,11 @@ class TorchBackend:
         ))
 
     # -- ends ---------------------------------------------------------------------------
-    def _report(self, lease: "Lease", job_steps_run: int, steps_run: int, execution_s: float, finish_s: float,
+    def _report(self, lease: LeaseRequest, job_steps_run: int, steps_run: int, execution_s: float, finish_s: float,
                 batch_size: int, job_steps: int | None, total_steps: int | None, *, failed: bool = False,
-                reason: str = ""):
-        from actors.messages import LeaseReport
-
-        return LeaseReport(
-            lease_id=lease.lease_id, job_id=lease.job_id, round_index=lease.round_index, gpu_ids=list(lease.gpu_ids),
+                reason: str = "") -> LeaseOutcome:
+        return LeaseOutcome(
+            lease_id=lease.lease_id, job_id=lease.job_id, round_index=lease.round_index, gpu_ids=lease.gpu_ids,
             steps=max(0, steps_run), execution_s=max(0.0, execution_s), finish_s=finish_s,
             batch_size=lease.batch_size,
             requested_batch_size=batch_size if batch_size and batch_size != lease.batch_size else None,
@@ -408,7 +418,7 @@ class TorchBackend:
             run.end_timer = None
         if lease is None or report is None or not run.lead:
             return
-        now = time.time()
+        now = self._clock.now()
         began = max(run.lease_start_wall, run.train_start_wall or now)
         if run.ended is not None:
             now = min(now, run.ended.time)
@@ -416,7 +426,7 @@ class TorchBackend:
         report(self._report(lease, run.job_steps, steps, now - began if steps > 0 else 0.0, now, run.batch_size,
                             run.job_steps, run.total_steps, failed=failed, reason=reason))
 
-    def _soft_end(self, run: _Run, lease: "Lease") -> None:
+    def _soft_end(self, run: _Run, lease: LeaseRequest) -> None:
         """Extension mode: report the lease from the latest progress; linger for an extension."""
         run.end_timer = None
         if run.lease is not lease:
@@ -425,9 +435,9 @@ class TorchBackend:
         self._send_report(run)
         end = lease.start_s + lease.duration_s
         run.linger_timer = self._loop.call_later(
-            max(0.0, end + self.config.linger_s - time.time()), lambda: self._stop_run(run, "preempted"))
+            max(0.0, end + self.config.linger_s - self._clock.now()), lambda: self._stop_run(run, "preempted"))
 
-    def _hard_end(self, run: _Run, lease: "Lease") -> None:
+    def _hard_end(self, run: _Run, lease: LeaseRequest) -> None:
         """No extension: the trainer should have stopped at its deadline; stop it now if not."""
         run.end_timer = None
         if run.lease is lease and run.alive:
@@ -453,7 +463,7 @@ class TorchBackend:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(run.waiter)
 
-    def _ended(self, run: _Run, outcome: LeaseOutcome) -> None:
+    def _ended(self, run: _Run, outcome: ProcessExit) -> None:
         kind = outcome.kind
         ended = outcome.report or run.ended
         if ended is not None:

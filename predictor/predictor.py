@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import msgspec
 import numpy as np
 
 from predictor.posterior import (
@@ -38,9 +39,16 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["Prediction", "Predictor", "PredictorConfig"]
 
 
-@dataclass(frozen=True, slots=True)
-class Prediction:
+_NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+_PosInt = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class Prediction(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What the planner knows about one active job at one re-plan. Times in seconds.
+
+    The one prediction type: :meth:`Predictor.predict` returns it, the predictor actor sends it
+    in ``PredictReply`` (a msgspec Struct, so it is its own wire form: the constraints below are
+    checked when a message is decoded) and the Shockwave planner reads it (``market.shockwave.PlanJob``).
 
     Fields:
         job_id: the job.
@@ -57,16 +65,16 @@ class Prediction:
     """
 
     job_id: int
-    scale_factor: int
+    scale_factor: _PosInt
     submit_s: float
-    num_epochs: int
-    epochs_done: int
+    num_epochs: _NonNegInt
+    epochs_done: _NonNegInt
     remaining_s: float
     mean_epoch_s: float
     elapsed_epochs_s: float
     fair_share_finish_s: float
     target_finish_s: float
-    batch_size: int
+    batch_size: _PosInt
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@
 - :mod:`workloads.adaptation`: GNS and Accordion schedules and online rules.
 - :mod:`workloads.profile`: per-job profiles (``build_profile``, ``JobProfile``).
 
-Pure: numpy only; the only I/O is in ``ThroughputTable.load`` and ``parse_trace``.
+Pure: numpy, and msgspec for the profile type; the only I/O is in ``ThroughputTable.load`` and
+``parse_trace``.
 """
 
 from workloads.errors import InputError

@@ -10,8 +10,9 @@ of its epoch durations is the finish-time-fairness denominator (§6).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from typing import Annotated
 
+import msgspec
 import numpy as np
 
 from workloads.adaptation import WorkloadConfig, accordion_profile_schedule, gns_schedule
@@ -22,60 +23,47 @@ from workloads.trace import TraceJob
 __all__ = ["JobProfile", "build_profile", "build_profiles", "profile_batch_sizes"]
 
 
-def _frozen_array(values: object, dtype: type) -> np.ndarray:
-    """A read-only array of ``values``; a read-only array of the right dtype is kept as is,
-    anything else is copied so that the caller cannot mutate the profile afterwards."""
-    if isinstance(values, np.ndarray) and values.dtype == dtype and not values.flags.writeable:
-        return values
-    out = np.array(values, dtype=dtype)
-    out.setflags(write=False)
-    return out
-
-
-@dataclass(frozen=True, eq=False)
-class JobProfile:
-    """A job's profile. Arrays are read-only.
+class JobProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A job's profile: the one profile type, from :func:`build_profile` through the
+    ``PredictorAddJob`` message (a msgspec Struct, so it is its own wire form) to the predictor.
 
     Attributes:
-        num_epochs: E, the number of epochs.
-        samples_per_epoch: training samples in one epoch.
-        bs_every_epoch: int64 array, shape (E,): planned batch size of each epoch.
-        duration_every_epoch: float64 array, shape (E,): isolated seconds of each epoch on
-            ``scale_factor`` V100s at that epoch's batch size.
-        model, scale_factor, mode: the job's, when built from a trace job (optional).
+        samples_per_epoch: training samples in one epoch (>= 1).
+        bs_every_epoch: planned batch size of each epoch, E entries (each >= 1).
+        duration_every_epoch: isolated seconds of each epoch on the job's ``scale_factor`` V100s
+            at that epoch's batch size, E entries.
+
+    Raises:
+        ValueError: the two per-epoch tuples differ in length (on decoding, a validation error
+            naming the message).
     """
 
-    num_epochs: int
-    samples_per_epoch: int
-    bs_every_epoch: np.ndarray
-    duration_every_epoch: np.ndarray
-    model: str | None = None
-    scale_factor: int = 1
-    mode: str = "static"
-    _isolated_runtime_s: float = field(init=False, repr=False)
+    samples_per_epoch: Annotated[int, msgspec.Meta(ge=1)]
+    bs_every_epoch: tuple[Annotated[int, msgspec.Meta(ge=1)], ...]
+    duration_every_epoch: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        bs = _frozen_array(self.bs_every_epoch, np.int64)
-        durations = _frozen_array(self.duration_every_epoch, np.float64)
-        if bs.shape != (self.num_epochs,) or durations.shape != (self.num_epochs,):
+        if len(self.bs_every_epoch) != len(self.duration_every_epoch):
             raise ValueError(
-                f"bs_every_epoch {bs.shape} and duration_every_epoch {durations.shape} "
-                f"must both have shape ({self.num_epochs},)"
+                f"bs_every_epoch has {len(self.bs_every_epoch)} entries and duration_every_epoch "
+                f"{len(self.duration_every_epoch)}: one per epoch each"
             )
-        object.__setattr__(self, "bs_every_epoch", bs)
-        object.__setattr__(self, "duration_every_epoch", durations)
-        object.__setattr__(self, "_isolated_runtime_s", float(durations.sum()))
+
+    @property
+    def num_epochs(self) -> int:
+        """E, the number of epochs."""
+        return len(self.bs_every_epoch)
 
     @property
     def isolated_runtime_s(self) -> float:
-        """Sum of the epoch durations, seconds, unrounded: the job's isolated runtime under its
-        planned batch-size schedule."""
-        return self._isolated_runtime_s
+        """Sum of the epoch durations, seconds, unrounded (numpy's float64 sum): the job's
+        isolated runtime under its planned batch-size schedule."""
+        return float(np.asarray(self.duration_every_epoch, dtype=np.float64).sum())
 
     @property
     def batch_size_modes(self) -> tuple[int, ...]:
         """Sorted distinct batch sizes of the schedule."""
-        return tuple(int(b) for b in np.unique(self.bs_every_epoch))
+        return tuple(sorted(set(self.bs_every_epoch)))
 
 
 def profile_batch_sizes(job: TraceJob, num_epochs: int, config: WorkloadConfig | None = None) -> np.ndarray:
@@ -114,16 +102,10 @@ def build_profile(job: TraceJob, throughputs: ThroughputTable, config: WorkloadC
     rates = np.array([throughputs.throughput(job.model, int(b), job.scale_factor) for b in modes])
     per_epoch_rate = rates[0] if len(modes) == 1 else rates[np.searchsorted(modes, bs)]
     durations = (samples / bs) / per_epoch_rate
-    bs.setflags(write=False)
-    durations.setflags(write=False)
     return JobProfile(
-        num_epochs=num_epochs,
         samples_per_epoch=samples,
-        bs_every_epoch=bs,
-        duration_every_epoch=durations,
-        model=job.model,
-        scale_factor=job.scale_factor,
-        mode=job.mode,
+        bs_every_epoch=tuple(bs.tolist()),
+        duration_every_epoch=tuple(durations.tolist()),
     )
 
 

@@ -12,7 +12,8 @@ from actors.clearinghouse import ClearinghouseConfig
 from actors.gpu import GPUActor
 from actors.live import LiveClearinghouse
 from actors.live_config import LiveConfig
-from actors.messages import LeaseReport, RegisterGPUs, SubmitJob, JobSpec
+from actors.messages import RegisterGPUs, SubmitJob, JobSpec
+from gpu_runtime.backend import LeaseOutcome
 from actors.store import Store
 from market.base import RoundContext
 from sim_clock import WallClock
@@ -32,9 +33,9 @@ class FailingBackend:
 
     def start(self, lease, report):
         self.leases += 1
-        report(LeaseReport(lease_id=lease.lease_id, job_id=lease.job_id, round_index=lease.round_index,
-                           gpu_ids=list(lease.gpu_ids), steps=0, execution_s=0.0, finish_s=lease.start_s,
-                           batch_size=lease.batch_size, failed=True, reason="CUDA error: out of memory"))
+        report(LeaseOutcome(lease_id=lease.lease_id, job_id=lease.job_id, round_index=lease.round_index,
+                            gpu_ids=lease.gpu_ids, steps=0, execution_s=0.0, finish_s=lease.start_s,
+                            batch_size=lease.batch_size, failed=True, reason="CUDA error: out of memory"))
 
     def stop(self, lease_id):
         pass

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.messages import MESSAGE_TYPES, JobSpec, Lease, MessageDecodeError, SubmitJob, decode, encode
+from workloads.profile import JobProfile
 
 _FINITE = dict(allow_nan=False, allow_infinity=False)
 
@@ -37,6 +38,8 @@ def _strategy(t: msgspec.inspect.Type) -> st.SearchStrategy:
         return st.lists(_strategy(t.item_type), max_size=4)
     if isinstance(t, I.TupleType):
         return st.tuples(*(_strategy(x) for x in t.item_types))
+    if isinstance(t, I.VarTupleType):
+        return st.lists(_strategy(t.item_type), max_size=4).map(tuple)
     if isinstance(t, I.DictType):
         return st.dictionaries(st.text(max_size=5), st.integers(-(2**40), 2**40), max_size=3)
     if isinstance(t, I.UnionType):
@@ -46,7 +49,21 @@ def _strategy(t: msgspec.inspect.Type) -> st.SearchStrategy:
     raise NotImplementedError(t)
 
 
+def _profile_strategy() -> st.SearchStrategy:
+    """Profiles keep one batch size and one duration per epoch (its constructor checks it)."""
+    return st.integers(min_value=0, max_value=4).flatmap(
+        lambda n: st.builds(
+            JobProfile,
+            samples_per_epoch=st.integers(min_value=1, max_value=2**40),
+            bs_every_epoch=st.lists(st.integers(min_value=1, max_value=2**40), min_size=n, max_size=n).map(tuple),
+            duration_every_epoch=st.lists(st.floats(min_value=0, max_value=1e12, **_FINITE), min_size=n, max_size=n).map(tuple),
+        )
+    )
+
+
 def _struct_strategy(cls: type) -> st.SearchStrategy:
+    if cls is JobProfile:
+        return _profile_strategy()
     info = msgspec.inspect.type_info(cls)
     fields = {f.name: _strategy(f.type) for f in info.fields}
     return st.fixed_dictionaries(fields).map(lambda kw: cls(**kw))

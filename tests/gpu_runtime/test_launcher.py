@@ -6,7 +6,7 @@ import pytest
 
 from gpu_runtime.launcher import (
     EXIT_COMPLETED,
-    LeaseOutcome,
+    ProcessExit,
     Placement,
     build_command,
     classify_exit,
@@ -62,7 +62,7 @@ def test_classify_exit(tmp_path):
     ckpt.write_bytes(b"x")
     # torchrun exits 1 after a forwarded SIGTERM; the checkpointed report makes it a clean preemption
     out = classify_exit(1, _ended("preempted", str(ckpt)), terminated=True)
-    assert out == LeaseOutcome("preempted", 1, _ended("preempted", str(ckpt)), True, False) and out.checkpointed
+    assert out == ProcessExit("preempted", 1, _ended("preempted", str(ckpt)), True, False) and out.checkpointed
     assert classify_exit(1, _ended("completed", str(ckpt))).kind == "completed"
     assert classify_exit(0, _ended("lease_end", str(ckpt))).kind == "lease_end"
     # the report names a checkpoint that is not there: fall back to the exit code

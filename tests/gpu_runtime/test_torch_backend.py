@@ -9,19 +9,20 @@ import pytest
 
 from actors.job import JobActor
 from actors.live import LiveClearinghouse
-from actors.messages import JobProgress, JobSpec, Lease, LeaseReport
+from actors.messages import JobProgress, JobSpec, LeaseReport
+from gpu_runtime.backend import LeaseRequest
 from gpu_runtime.launcher import Placement, build_command
 from gpu_runtime.lease import LeaseSpec
 from gpu_runtime.torch_backend import TorchBackendConfig, latest_checkpoint_steps, rendezvous_port, train_args
 from workloads.errors import InputError
 
 
-def _lease(**kw) -> Lease:
-    base = dict(lease_id=7, job_id=3, round_index=2, gpu_ids=[0, 2], start_s=0.0, duration_s=10.0, model="LM",
+def _lease(**kw) -> LeaseRequest:
+    base = dict(lease_id=7, job_id=3, round_index=2, gpu_ids=(0, 2), start_s=0.0, duration_s=10.0, model="LM",
                 mode="gns", scale_factor=2, initial_batch_size=5, batch_size=10, throughput=1.0, steps_done=40,
                 remaining_steps=60, command="--width 16 --dataset-size 200")
     base.update(kw)
-    return Lease(**base)
+    return LeaseRequest(**base)
 
 
 def test_train_args_put_the_job_command_last_and_reject_bad_quoting():

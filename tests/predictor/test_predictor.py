@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -14,16 +12,15 @@ from predictor import (
     dirichlet_remaining_runtime,
     momentum_target,
 )
+from workloads.profile import JobProfile
 
 
-def _profile():
+def _profile() -> JobProfile:
     # 4 epochs: bs 32, 32, 64, 64; 10 s at bs 32, 20 s at bs 64; 320 samples per epoch.
-    return SimpleNamespace(
-        num_epochs=4,
+    return JobProfile(
         samples_per_epoch=320,
-        bs_every_epoch=np.array([32, 32, 64, 64]),
-        duration_every_epoch=np.array([10.2, 9.8, 20.0, 20.0]),
-        isolated_runtime_s=60.0,
+        bs_every_epoch=(32, 32, 64, 64),
+        duration_every_epoch=(10.2, 9.8, 20.0, 20.0),
     )
 
 
