@@ -1,1 +1,1 @@
-
+"""The domain actors (clearinghouse, job, GPU, predictor) on the actor kernel (:mod:`actors.kernel`)."""

@@ -14,7 +14,7 @@ When is the next boundary?
   that every arrival and report of that instant is in. With nothing running it waits for the
   next arrival (the reference stops there, §9 item 7; we go on).
 * ``round_mode="timer"`` (live): every ``round_duration_s`` of wall time; implemented by
-  :class:`actors.live.LiveClearinghouse`, which also persists state and handles node loss.
+  :class:`live.clearinghouse.LiveClearinghouse`, which also persists state and handles node loss.
 
 Restart overhead is the back end's business; the lease says whether the job ran in the
 previous round (``restart``). The per-job records, the per-GPU busy time and the per-round log
@@ -28,9 +28,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from actors.actor import Actor, handles
+from actors.kernel.actor import Actor, handles
 from actors.job import JobActor
-from actors.messages import (
+from actors.kernel.messages import (
     JobAccepted,
     JobProgress,
     JobSpec,
@@ -49,7 +49,7 @@ from market.placement import place_gang_jobs
 from workloads.adaptation import WorkloadConfig
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
     from workloads.profile import JobProfile
     from workloads.throughputs import ThroughputTable
 

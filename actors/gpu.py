@@ -4,9 +4,9 @@ In simulation there is one actor per GPU and a gang's lease goes to its lead GPU
 of the placement); the back end is :class:`gpu_runtime.emulated.EmulatedBackend`.
 
 The actor adapts the bus to the back-end protocol (:mod:`gpu_runtime.backend`): a
-:class:`~actors.messages.Lease` becomes a :class:`~gpu_runtime.backend.LeaseRequest`, and what the
-back end reports goes to the job actor as a :class:`~actors.messages.LeaseReport` (a
-:class:`~gpu_runtime.backend.LeaseOutcome`) or a :class:`~actors.messages.LeaseProgress` (a
+:class:`~actors.kernel.messages.Lease` becomes a :class:`~gpu_runtime.backend.LeaseRequest`, and what the
+back end reports goes to the job actor as a :class:`~actors.kernel.messages.LeaseReport` (a
+:class:`~gpu_runtime.backend.LeaseOutcome`) or a :class:`~actors.kernel.messages.LeaseProgress` (a
 :class:`~gpu_runtime.backend.LeaseProgress`). Each message's payload has the fields of its
 back-end type, so the adaptation only drops or adds the envelope.
 """
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from actors.actor import Actor, handles
-from actors.messages import Lease, LeaseProgress, LeaseReport, StopLease
+from actors.kernel.actor import Actor, handles
+from actors.kernel.messages import Lease, LeaseProgress, LeaseReport, StopLease
 from gpu_runtime import backend as runtime
 from gpu_runtime.backend import Backend
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
 
 __all__ = ["Backend", "GPUActor", "lease_request", "report_message"]
 

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from actors.actor import Actor, handles
-from actors.messages import JobProgress, JobSpec, LeaseProgress, LeaseReport
+from actors.kernel.actor import Actor, handles
+from actors.kernel.messages import JobProgress, JobSpec, LeaseProgress, LeaseReport
 from workloads.adaptation import rescale_for_batch_size_change
 from workloads.models import SAMPLES_PER_EPOCH, steps_per_epoch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
     from workloads.throughputs import ThroughputTable
 
 EMA_ALPHA = 0.5

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors.actor import Actor, handles
-from actors.messages import (
+from actors.kernel.actor import Actor, handles
+from actors.kernel.messages import (
     JobProgress,
     PredictorAddJob,
     PredictorRemoveJob,
@@ -23,7 +23,7 @@ from actors.messages import (
 from predictor import Predictor, PredictorConfig
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
 
 
 class PredictorActor(Actor):

@@ -14,9 +14,9 @@ import os
 import tempfile
 import time
 
-from actors.compare import DEFAULT_POLICIES, compare
-from actors.logs import configure_logging
-from actors.simulate import resolve_run, simulate
+from replay.compare import DEFAULT_POLICIES, compare
+from actors.kernel.logs import configure_logging
+from replay.simulate import resolve_run, simulate
 
 
 def main() -> None:

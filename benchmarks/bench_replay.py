@@ -39,7 +39,7 @@ def main() -> None:
             walls_out.append(time.perf_counter() - started)
         results = json.loads((Path(tmp) / "run0" / "results.json").read_text())
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import actors.cli, actors.simulate, market.registry"], check=True)
+    subprocess.run([sys.executable, "-c", "import cli.main, replay.simulate, market.registry"], check=True)
     imports = time.perf_counter() - started
     print(f"policy                 {args.policy}")
     print(f"process wall, each     {', '.join(f'{w:.2f}' for w in walls)} s   (summary table only)")

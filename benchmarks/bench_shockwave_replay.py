@@ -3,7 +3,7 @@
 Usage: python benchmarks/bench_shockwave_replay.py [--config configs/paper_32gpus.toml]
            [--repeat 2] [--binding] [--set key=value ...]
 
-Runs ``actors.simulate`` with ``--policy shockwave`` and prints, from the results dictionary: wall
+Runs ``replay.simulate`` with ``--policy shockwave`` and prints, from the results dictionary: wall
 time, number of re-plans (solves) per path, per-solve seconds p50/p95/max, and the schedule's quality
 (makespan, avg JCT, worst rho, unfair fraction, utilisation, rounds, prediction MAPE) beside the
 published Shockwave run. ``--repeat 2`` replays twice and reports whether the two runs agree
@@ -71,7 +71,7 @@ def main() -> None:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings only
-    from actors.simulate import resolve_run, simulate
+    from replay.simulate import resolve_run, simulate
 
     binding: Counter = Counter()
     if args.binding:

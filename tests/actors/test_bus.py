@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.actor import Actor, handles
-from actors.bus import Bus, UnknownAddressError
-from actors.messages import CancelJob, Heartbeat, JobAccepted, SubmitJob, JobSpec
+from actors.kernel.actor import Actor, handles
+from actors.kernel.bus import Bus, UnknownAddressError
+from actors.kernel.messages import CancelJob, Heartbeat, JobAccepted, SubmitJob, JobSpec
 from sim_clock import get_clock, run_virtual
 
 
@@ -95,7 +95,7 @@ def test_duplicate_address_rejected():
 def test_actor_logs_carry_actor_id_and_clock_time(capsys):
     import json as _json
 
-    from actors.logs import configure_logging
+    from actors.kernel.logs import configure_logging
 
     configure_logging("info")
     try:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from actors.bus import Bus
+from actors.kernel.bus import Bus
 from actors.gpu import GPUActor, report_message
-from actors.messages import Lease, LeaseProgress, LeaseReport, Message, StopLease
+from actors.kernel.messages import Lease, LeaseProgress, LeaseReport, Message, StopLease
 from gpu_runtime import backend as runtime
 from sim_clock import get_clock, run_virtual
 

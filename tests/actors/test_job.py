@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.bus import Bus
+from actors.kernel.bus import Bus
 from actors.job import JobActor
-from actors.messages import JobProgress, JobSpec, LeaseReport
+from actors.kernel.messages import JobProgress, JobSpec, LeaseReport
 from sim_clock import get_clock, run_virtual
 
 

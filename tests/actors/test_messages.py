@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.messages import MESSAGE_TYPES, JobSpec, Lease, MessageDecodeError, SubmitJob, decode, encode
+from actors.kernel.messages import MESSAGE_TYPES, JobSpec, Lease, MessageDecodeError, SubmitJob, decode, encode
 from workloads.profile import JobProfile
 
 _FINITE = dict(allow_nan=False, allow_infinity=False)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.actors.live_helpers import ROOT, call, env, start_serve, stop, wait_for
+from tests.live.live_helpers import ROOT, call, env, start_serve, stop, wait_for
 
 torch = pytest.importorskip("torch")
 
@@ -74,7 +74,7 @@ join_timeout_s = 60.0
 
 
 def _worker(config: Path, url: str, name: str, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "actors.cli", "worker", "--config", str(config), "--gpus", "2", "--name", name,
+    cmd = [sys.executable, "-m", "cli.main", "worker", "--config", str(config), "--gpus", "2", "--name", name,
            "--server", url, "--backend", "torch", "--log-level", "info"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("ab"), env=env(), cwd=ROOT)
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from actors.job import JobActor
-from actors.live import LiveClearinghouse
-from actors.messages import JobProgress, JobSpec, LeaseReport
+from live.clearinghouse import LiveClearinghouse
+from actors.kernel.messages import JobProgress, JobSpec, LeaseReport
 from gpu_runtime.backend import LeaseRequest
 from gpu_runtime.launcher import Placement, build_command
 from gpu_runtime.lease import LeaseSpec
@@ -85,7 +85,7 @@ def test_gang_nodes_in_gpu_order_and_spread_servers():
 
 
 async def test_job_actor_takes_the_trainers_counts_and_records_its_batch_size_change():
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
     from sim_clock import WallClock
 
     bus = Bus(WallClock())

@@ -1,4 +1,4 @@
-"""Shockwave end to end: a small slice of the canonical trace through ``actors.simulate``.
+"""Shockwave end to end: a small slice of the canonical trace through ``replay.simulate``.
 
 16 jobs of the canonical trace (their models, scale factors and GNS / Accordion batch-size
 adaptation; steps cut to 1/8 and arrivals compressed so the replay takes a few seconds) on 8 GPUs,
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.simulate import resolve_run, simulate
+from replay.simulate import resolve_run, simulate
 
 ROOT = Path(__file__).parents[2]
 CANONICAL = ROOT / "configs" / "data" / "120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace"

@@ -7,14 +7,14 @@ import asyncio
 
 import pytest
 
-from actors.bus import Bus
+from actors.kernel.bus import Bus
 from actors.clearinghouse import ClearinghouseConfig
 from actors.gpu import GPUActor
-from actors.live import LiveClearinghouse
-from actors.live_config import LiveConfig
-from actors.messages import RegisterGPUs, SubmitJob, JobSpec
+from live.clearinghouse import LiveClearinghouse
+from live.config import LiveConfig
+from actors.kernel.messages import RegisterGPUs, SubmitJob, JobSpec
 from gpu_runtime.backend import LeaseOutcome
-from actors.store import Store
+from live.store import Store
 from market.base import RoundContext
 from sim_clock import WallClock
 
@@ -22,7 +22,7 @@ from sim_clock import WallClock
 @pytest.fixture(autouse=True)
 def _logs_to_this_tests_stderr():
     """Another test may have bound structlog to a capture stream that is closed by now."""
-    from actors.logs import configure_logging
+    from actors.kernel.logs import configure_logging
 
     configure_logging("critical")
 

@@ -5,13 +5,13 @@ Routes (docs/live_cluster.md has curl examples):
 =========================  ===============================================================
 ``POST /v1/jobs``          submit a :class:`JobRequest` (JSON or ``application/msgpack``) → 201
 ``GET /v1/jobs``           every job (:class:`JobList`)
-``GET /v1/jobs/{id}``      one job (:class:`actors.live.JobStatus`)
+``GET /v1/jobs/{id}``      one job (:class:`live.clearinghouse.JobStatus`)
 ``DELETE /v1/jobs/{id}``   cancel a job → its status
 ``GET /v1/cluster``        nodes, GPUs, current round and placement (:class:`ClusterStatus`)
 ``GET /metrics``           Prometheus text: jobs by state, round duration, policy time, ρ so far
 ``GET /openapi.json``      the OpenAPI 3.1 document, generated from the same msgspec schemas
 ``GET /healthz``           liveness, no token
-``GET /v1/bus``            the WebSocket bus hub (:mod:`actors.transport_ws`)
+``GET /v1/bus``            the WebSocket bus hub (:mod:`actors.kernel.transport_ws`)
 =========================  ===============================================================
 
 Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (constant-time compare).
@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from actors.live import JobStatus
-from actors.messages import CancelJob, CancelResult, JobAccepted, JobSpec, SubmitJob
-from actors.transport_ws import BUS_PATH, check_bearer
+from live.clearinghouse import JobStatus
+from actors.kernel.messages import CancelJob, CancelResult, JobAccepted, JobSpec, SubmitJob
+from actors.kernel.transport_ws import BUS_PATH, check_bearer
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
 
-    from actors.bus import Bus
-    from actors.live import LiveClearinghouse
-    from actors.live_config import LiveConfig
-    from actors.transport_ws import HubTransport
+    from actors.kernel.bus import Bus
+    from live.clearinghouse import LiveClearinghouse
+    from live.config import LiveConfig
+    from actors.kernel.transport_ws import HubTransport
 
 API_ADDRESS = "api"
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from actors.config import RunConfig, load_config
+from configs.loader import RunConfig, load_config
 from workloads.errors import InputError
 
 
@@ -70,10 +70,10 @@ def resolve_run(
 
 
 async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
     from actors.clearinghouse import Clearinghouse
     from actors.gpu import GPUActor
-    from actors.replay import ReplayDriver
+    from replay.driver import ReplayDriver
     from gpu_runtime.emulated import EmulatedBackend
     from market.registry import uses_predictor
     from sim_clock import get_clock

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.cli import main
-from actors.simulate import resolve_run, simulate
+from cli.main import main
+from replay.simulate import resolve_run, simulate
 
 REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "reference_results.json").read_text())
 

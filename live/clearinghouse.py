@@ -13,7 +13,7 @@ with ``round_mode="timer"`` (ARCHITECTURE.md "Live runtime"):
   ``heartbeat_timeout_s`` is declared lost: its GPUs leave the cluster, its running leases'
   jobs are requeued for the next round, and the next :class:`~market.base.RoundContext`
   carries ``lost_gpus`` so that the policy re-plans.
-* **Durable state** (:class:`actors.store.Store`): a job is committed before it is
+* **Durable state** (:class:`live.store.Store`): a job is committed before it is
   acknowledged; progress, leases and nodes are written as they change. :meth:`restore` reloads
   a database: unfinished jobs come back with their progress, leases left running are requeued.
 * **Gangs spanning nodes**: a lease whose GPUs are on several nodes is sent to the first of its
@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
-from actors.actor import Actor, handles
+from actors.kernel.actor import Actor, handles
 from actors.clearinghouse import Clearinghouse, ClearinghouseConfig, RoundRecord
 from actors.job import JobActor
-from actors.messages import (
+from actors.kernel.messages import (
     CancelJob,
     CancelResult,
     GPUsRegistered,
@@ -63,14 +63,14 @@ from actors.messages import (
     StopLease,
     SubmitJob,
 )
-from actors.store import TERMINAL, Store
+from live.store import TERMINAL, Store
 from market.base import RoundContext, RoundPolicy
 from market.metrics import contention_factor
 from market.placement import PlacementError, place_gang_jobs
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.bus import Bus
-    from actors.live_config import LiveConfig
+    from actors.kernel.bus import Bus
+    from live.config import LiveConfig
     from workloads.throughputs import ThroughputTable
 
 
@@ -478,7 +478,7 @@ class LiveClearinghouse(Clearinghouse):
         status.state, status.finish_s, status.reason, status.gpu_ids = "cancelled", now, "cancelled by request", []
         self.store.update_job(job_id, state="cancelled", finish_s=now, reason=status.reason)
         if self.predictor is not None and job_id in self.records:
-            from actors.messages import PredictorRemoveJob
+            from actors.kernel.messages import PredictorRemoveJob
 
             self.send(PredictorRemoveJob(dst=self.predictor, job_id=job_id, finish_s=now))
         if msg.src:

@@ -1,10 +1,10 @@
 """The live transport: one binary WebSocket per process to a hub in the clearinghouse process.
 
-ARCHITECTURE.md "Bus and messages". Both ends plug into :class:`actors.bus.Bus` through the
+ARCHITECTURE.md "Bus and messages". Both ends plug into :class:`actors.kernel.bus.Bus` through the
 ``Transport`` protocol (``owns(address)``, ``forward(dst, data)``):
 
 * :class:`HubTransport` runs inside ``serve`` as the aiohttp route ``GET /v1/bus``. A peer
-  announces the addresses it owns with an :class:`~actors.messages.Announce` frame (``dst``
+  announces the addresses it owns with an :class:`~actors.kernel.messages.Announce` frame (``dst``
   ``"hub"``); the hub then forwards frames for those addresses to that peer's socket.
 * :class:`ClientTransport` runs in every other process (``worker``). Every address that is not
   local goes to the hub. It reconnects with exponential backoff and jitter and announces its
@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Callable
 import msgspec
 import structlog
 
-from actors.messages import Announce, encode
+from actors.kernel.messages import Announce, encode
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
 
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
 
 log = structlog.get_logger()
 
@@ -224,7 +224,7 @@ class HubTransport:
                 if env.msg_id and self.dedupe.seen((env.src, env.msg_id)):
                     continue
                 if env.type == "announce" and env.dst == HUB_ADDRESS:
-                    from actors.messages import decode
+                    from actors.kernel.messages import decode
 
                     try:
                         msg = decode(data)
@@ -407,7 +407,7 @@ class ClientTransport:
             if bus.is_local(env.dst):
                 bus.deliver(env.dst, data)
             elif bus.on_undeliverable is not None:  # never bounce a frame back to the hub
-                from actors.messages import decode
+                from actors.kernel.messages import decode
 
                 bus.on_undeliverable(env.dst, decode(data))
         except Exception as exc:

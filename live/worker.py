@@ -19,13 +19,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable
 
-from actors.actor import Actor, handles
-from actors.messages import GPUsRegistered, Heartbeat, Message, RegisterGPUs, encode
+from actors.kernel.actor import Actor, handles
+from actors.kernel.messages import GPUsRegistered, Heartbeat, Message, RegisterGPUs, encode
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
     from actors.gpu import Backend, GPUActor
-    from actors.transport_ws import ClientTransport
+    from actors.kernel.transport_ws import ClientTransport
 
 EXIT_BAD_INPUT = 2
 HELD_LIMIT = 1000
@@ -143,8 +143,8 @@ def make_backend(kind: str, cfg) -> "Backend":
 async def worker_main(cfg, live, token: str, *, name: str, num_gpus: int, server: str, backend: str,
                       stop: asyncio.Event | None = None) -> None:
     """Run a node agent until ``stop`` is set (or SIGINT/SIGTERM)."""
-    from actors.bus import Bus
-    from actors.transport_ws import ClientTransport
+    from actors.kernel.bus import Bus
+    from actors.kernel.transport_ws import ClientTransport
     from sim_clock import WallClock
 
     stop = stop or asyncio.Event()
@@ -199,8 +199,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from actors.logs import configure_logging
-    from actors.serve import load_live
+    from actors.kernel.logs import configure_logging
+    from live.serve import load_live
     from workloads.errors import InputError
 
     configure_logging(args.log_level)

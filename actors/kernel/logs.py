@@ -7,7 +7,7 @@ import sys
 
 import structlog
 
-from actors.actor import add_clock_time
+from actors.kernel.actor import add_clock_time
 
 
 class _StderrLogger(structlog.PrintLogger):

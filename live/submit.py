@@ -1,6 +1,6 @@
 """``shockwave submit JOB.toml|JOB.json``: post a job to a live cluster's API.
 
-The file holds one job: the fields of :class:`actors.api.JobRequest` (``model``,
+The file holds one job: the fields of :class:`live.api.JobRequest` (``model``,
 ``batch_size``, ``scale_factor``, ``total_steps`` or ``epochs``, ``mode``, ``priority_weight``,
 ``name``, ``command``, ``duration_s``); in TOML they may sit at top level or under ``[job]``.
 Prints the answer (JSON) on stdout; exit 0 when accepted, 2 on bad input or a 4xx, 1 when the
@@ -73,7 +73,7 @@ def post_job(server: str, token: str, job: dict, timeout: float = 30.0) -> tuple
 
 
 def run(args: argparse.Namespace) -> int:
-    from actors.serve import load_live
+    from live.serve import load_live
     from workloads.errors import InputError
 
     try:

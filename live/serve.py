@@ -1,9 +1,9 @@
 """``shockwave serve``: the clearinghouse process of a live cluster.
 
-Starts, on the wall clock, the :class:`~actors.live.LiveClearinghouse` (``round_mode`` timer),
+Starts, on the wall clock, the :class:`~live.clearinghouse.LiveClearinghouse` (``round_mode`` timer),
 the predictor (for policies that use predictions), the job actors, the HTTP API
-(:mod:`actors.api`) and the WebSocket bus hub (:mod:`actors.transport_ws`), all on one aiohttp
-server. State lives in SQLite (:mod:`actors.store`); a restarted ``serve`` reloads it.
+(:mod:`live.api`) and the WebSocket bus hub (:mod:`actors.kernel.transport_ws`), all on one aiohttp
+server. State lives in SQLite (:mod:`live.store`); a restarted ``serve`` reloads it.
 
 When it is listening it prints one JSON line on stdout:
 ``{"event": "serving", "url": "http://HOST:PORT", "server_id": ...}`` (``--port 0`` picks a free
@@ -40,7 +40,7 @@ def load_live(config_path: str | None):
     Raises:
         InputError: bad configuration.
     """
-    from actors.config import BUNDLED, load_config
+    from configs.loader import BUNDLED, load_config
 
     path = config_path or str(BUNDLED / "local_cluster.toml")
     cfg = load_config(path)
@@ -52,11 +52,11 @@ async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event
     import structlog
     from aiohttp import web
 
-    from actors.api import Metrics, build_app
-    from actors.bus import Bus
-    from actors.live import LiveClearinghouse
-    from actors.store import Store
-    from actors.transport_ws import HubTransport
+    from live.api import Metrics, build_app
+    from actors.kernel.bus import Bus
+    from live.clearinghouse import LiveClearinghouse
+    from live.store import Store
+    from actors.kernel.transport_ws import HubTransport
     from market.registry import uses_predictor
     from sim_clock import WallClock
 
@@ -128,7 +128,7 @@ async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event
 
 
 def run(args: argparse.Namespace) -> int:
-    from actors.logs import configure_logging
+    from actors.kernel.logs import configure_logging
     from market.registry import UnknownPolicyError, check_policy_name
     from workloads.errors import InputError
 

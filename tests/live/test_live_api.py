@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.actors.live_helpers import TOKEN, call, start_serve, stop, write_config
+from tests.live.live_helpers import TOKEN, call, start_serve, stop, write_config
 
 GOOD = {"model": "toy", "batch_size": 32, "scale_factor": 2, "total_steps": 100, "duration_s": 10.0}
 

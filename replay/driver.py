@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Sequence
 
-from actors.actor import Actor, handles
-from actors.messages import JobAccepted, JobSpec, SubmitJob
+from actors.kernel.actor import Actor, handles
+from actors.kernel.messages import JobAccepted, JobSpec, SubmitJob
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
     from workloads.trace import TraceJob
 
 

@@ -1,6 +1,6 @@
 """Knobs of a live cluster: the ``[live]`` section of the TOML configuration.
 
-Kept free of heavy imports: :mod:`actors.config` imports it to build the schema.
+Kept free of heavy imports: :mod:`configs.loader` imports it to build the schema.
 See docs/live_cluster.md "Configuration reference" for every key.
 """
 

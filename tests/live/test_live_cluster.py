@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.actors.live_helpers import call, start_serve, start_worker, stop, wait_for, write_config
+from tests.live.live_helpers import call, start_serve, start_worker, stop, wait_for, write_config
 
 ROUND_S = 5.0
 STEPS = 150  # 10 steps/s estimated from total_steps / duration_s: three 5 s leases per job

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.cli import main
-from actors.compare import (
+from cli.main import main
+from replay.compare import (
     CANONICAL_TRACE,
     TIMING_KEYS,
     comparison_rows,
@@ -21,7 +21,7 @@ from actors.compare import (
     published_metrics,
     published_rho,
 )
-from actors.simulate import resolve_run, simulate
+from replay.simulate import resolve_run, simulate
 
 ROOT = Path(__file__).parents[2]
 CANONICAL = ROOT / "configs" / "data" / CANONICAL_TRACE

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import msgspec
 
-from actors.messages import JobSpec
+from actors.kernel.messages import JobSpec
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 

@@ -1,6 +1,6 @@
 """``shockwave compare``: replay one trace under several policies and report them side by side.
 
-Each policy's replay (:func:`actors.simulate.simulate`) runs in its own worker process
+Each policy's replay (:func:`replay.simulate.simulate`) runs in its own worker process
 (``concurrent.futures.ProcessPoolExecutor``, at most ``--jobs`` at a time). The command prints
 one table — per policy the makespan, average JCT, worst finish-time fairness ρ, unfair fraction
 (ρ > 1.05), GPU utilisation, replay wall time and the ratio of each metric to Shockwave's — and,
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from actors.logs import LOG_LEVELS
+from actors.kernel.logs import LOG_LEVELS
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 EXIT_BAD_INPUT = 2
@@ -321,10 +321,10 @@ def parse_policies(text: str | None) -> list[str]:
 
 def _replay(spec, log_level: str | None = None) -> dict:
     """Worker: one policy's replay (top level, so the process pool can pickle it)."""
-    from actors.simulate import simulate
+    from replay.simulate import simulate
 
     if log_level is not None:
-        from actors.logs import configure_logging
+        from actors.kernel.logs import configure_logging
 
         configure_logging(log_level)
     return simulate(spec)
@@ -337,7 +337,7 @@ def run_policies(
     on_done: Callable[[str, dict], None] | None = None,
     log_level: str | None = "warning",
 ) -> dict[str, dict]:
-    """Replay each :class:`actors.simulate.RunSpec` in worker processes (at most ``jobs`` at once).
+    """Replay each :class:`replay.simulate.RunSpec` in worker processes (at most ``jobs`` at once).
 
     Returns {policy: results dict} in ``specs`` order. With ``jobs == 1`` the replays run in
     this process, one after the other. ``log_level`` configures structlog in each replay
@@ -384,7 +384,7 @@ def compare(
         market.registry.UnknownPolicyError: unknown policy.
         CompareInputError: ``jobs`` < 1.
     """
-    from actors.simulate import resolve_run
+    from replay.simulate import resolve_run
 
     if jobs is not None and jobs < 1:
         raise CompareInputError(f"--jobs must be at least 1, got {jobs}")
@@ -433,7 +433,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``shockwave compare``; returns the exit code (2 on bad input)."""
-    from actors.logs import configure_logging
+    from actors.kernel.logs import configure_logging
     from market.registry import UnknownPolicyError
     from workloads.errors import InputError
 

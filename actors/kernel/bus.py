@@ -1,6 +1,6 @@
 """The message bus: addressing, request/response, topics, and the in-process transport.
 
-A :class:`Bus` routes :mod:`actors.messages` between actors by address. Every message is
+A :class:`Bus` routes :mod:`actors.kernel.messages` between actors by address. Every message is
 encoded to MessagePack bytes on send and decoded (validated) on delivery, whatever the
 transport, so a simulation runs the same wire format as a live cluster
 (ARCHITECTURE.md "Bus and messages").
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import msgspec
 
-from actors.messages import Message, decode, encode
+from actors.kernel.messages import Message, decode, encode
 
 if TYPE_CHECKING:  # pragma: no cover
     from sim_clock import Clock

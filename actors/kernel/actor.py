@@ -3,7 +3,7 @@
 An actor owns its state; the only way to change it is a message (STYLE.md, "Erlang/OTP").
 Handlers are methods decorated with :func:`handles`; the run loop takes one message at a
 time from the mailbox and awaits its handler, so handlers never interleave. A handler may
-``await self.request(...)``: replies bypass the mailbox (see :mod:`actors.bus`).
+``await self.request(...)``: replies bypass the mailbox (see :mod:`actors.kernel.bus`).
 
 A handler that raises is logged with the message and the actor goes on (supervision is the
 owner's job: the clearinghouse requeues a failed lease's job).
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 import structlog
 
-from actors.messages import Message, Shutdown
+from actors.kernel.messages import Message, Shutdown
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.bus import Bus
+    from actors.kernel.bus import Bus
 
 M = TypeVar("M", bound=Message)
 Handler = Callable[[Any, Any], Awaitable[None] | None]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.messages import JobSpec
-from actors.store import Store
-from actors.transport_ws import ClientTransport, DedupeWindow, bus_url, check_bearer, peek
+from actors.kernel.messages import JobSpec
+from live.store import Store
+from actors.kernel.transport_ws import ClientTransport, DedupeWindow, bus_url, check_bearer, peek
 
 
 def test_dedupe_window_is_bounded_and_detects_repeats():
@@ -41,7 +41,7 @@ def test_bus_url_and_peek():
     assert bus_url("http://h:1") == "ws://h:1/v1/bus"
     assert bus_url("https://h/") == "wss://h/v1/bus"
     assert bus_url("ws://h:2/v1/bus") == "ws://h:2/v1/bus"
-    from actors.messages import Heartbeat, encode
+    from actors.kernel.messages import Heartbeat, encode
 
     env = peek(encode(Heartbeat(src="node/a", dst="clearinghouse", msg_id=7, node="a")))
     assert (env.type, env.src, env.dst, env.msg_id) == ("heartbeat", "node/a", "clearinghouse", 7)
@@ -75,7 +75,7 @@ def test_store_round_trip_and_requeue(tmp_path):
 
 
 def test_local_cluster_config_is_valid_and_env_token_wins(monkeypatch, tmp_path):
-    from actors.config import BUNDLED, load_config
+    from configs.loader import BUNDLED, load_config
     from workloads.errors import InputError
 
     cfg = load_config(str(BUNDLED / "local_cluster.toml"))

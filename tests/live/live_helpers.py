@@ -57,7 +57,7 @@ def env() -> dict:
 
 def start_serve(config: Path, log: Path, port: int | None = None, timeout_s: float = 30.0) -> tuple[subprocess.Popen, str]:
     """Start ``serve``; returns the process and its URL (read from its first stdout line)."""
-    cmd = [sys.executable, "-m", "actors.cli", "serve", "--config", str(config), "--log-level", "info"]
+    cmd = [sys.executable, "-m", "cli.main", "serve", "--config", str(config), "--log-level", "info"]
     if port is not None:
         cmd += ["--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log.open("ab"), env=env(), cwd=ROOT)
@@ -76,7 +76,7 @@ def start_serve(config: Path, log: Path, port: int | None = None, timeout_s: flo
 
 
 def start_worker(config: Path, url: str, name: str, gpus: int, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "actors.cli", "worker", "--config", str(config), "--gpus", str(gpus),
+    cmd = [sys.executable, "-m", "cli.main", "worker", "--config", str(config), "--gpus", str(gpus),
            "--name", name, "--server", url, "--log-level", "info"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("ab"), env=env(), cwd=ROOT)
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from actors.logs import LOG_LEVELS
+from actors.kernel.logs import LOG_LEVELS
 from typing import Sequence
 
 EXIT_BAD_INPUT = 2
@@ -67,8 +67,8 @@ def print_summary(results: dict) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from actors.logs import configure_logging
-    from actors.simulate import resolve_run, simulate
+    from actors.kernel.logs import configure_logging
+    from replay.simulate import resolve_run, simulate
     from market.registry import UnknownPolicyError
     from workloads.errors import InputError
 
@@ -113,7 +113,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(results, indent=1))
-        from actors.plots import plot_results
+        from replay.plots import plot_results
 
         plot_results(results, out / "results.png")
         print(f"wrote {out / 'results.json'} and {out / 'results.png'}")
@@ -130,11 +130,11 @@ run = cmd_simulate
 #: subcommand -> module providing ``add_parser(subparsers)`` and ``run(args) -> exit code``.
 #: Modules are imported only to build the parser; heavy imports stay inside ``run``.
 SUBCOMMANDS: dict[str, str] = {
-    "simulate": "actors.cli",
-    "compare": "actors.compare",
-    "serve": "actors.serve",
-    "worker": "actors.worker",
-    "submit": "actors.submit",
+    "simulate": "cli.main",
+    "compare": "replay.compare",
+    "serve": "live.serve",
+    "worker": "live.worker",
+    "submit": "live.submit",
 }
 
 

@@ -1,0 +1,1 @@
+"""Trace replay under the virtual clock: the replay driver, ``simulate``, ``compare`` and their plots."""
