@@ -1,10 +1,16 @@
 """The clearinghouse: admits jobs, runs rounds, calls the policy, places gangs, issues leases.
 
-One round, as data flows (ARCHITECTURE.md): at a round boundary the clearinghouse admits the
-jobs that arrived, asks the predictor for predictions (policies that use them), calls the
-policy (``market/``) with a :class:`~market.base.RoundContext`, places the chosen jobs on
-GPUs (:func:`market.placement.place_gang_jobs`, sticky) and sends one :class:`Lease` per job
-to the gang's lead GPU actor. Job actors answer with :class:`JobProgress`.
+One round, as data flows (docs/architecture.md): at a round boundary the clearinghouse admits
+the jobs that arrived, asks the predictor for predictions (policies that use them), calls the
+policy (``market/``) with a :class:`~market.base.RoundContext`, places the chosen jobs on GPUs
+(:func:`market.placement.place_gang_jobs`, sticky) and sends one :class:`Lease` per job to the
+gang's lead GPU actor. Job actors answer with :class:`JobProgress`.
+
+The round step (:meth:`Clearinghouse.on_tick`) is defined once, here, for both modes. What
+differs between simulation and the live cluster is injected or overridden at named seams
+(:meth:`_round_due`, :meth:`_no_job_fits`, :meth:`_choose`, :meth:`_round_failed`,
+:meth:`_round_started`, :meth:`_lease_issued`, :meth:`_job_changed`): the clock, the
+transport, the back end and persistence never change the step itself.
 
 When is the next boundary?
 
@@ -13,23 +19,27 @@ When is the next boundary?
   L when all jobs finish early. The clearinghouse waits for the clock's idle barrier first so
   that every arrival and report of that instant is in. With nothing running it waits for the
   next arrival (the reference stops there, §9 item 7; we go on).
-* ``round_mode="timer"`` (live): every ``round_duration_s`` of wall time; implemented by
-  :class:`live.clearinghouse.LiveClearinghouse`, which also persists state and handles node loss.
+* ``round_mode="timer"`` (live): every ``round_duration_s`` of wall time;
+  :class:`live.clearinghouse.LiveClearinghouse` adds nodes, durable state and lease deadlines.
+
+A job's state has one owner in the clearinghouse: its :class:`JobRecord`, written only from
+submissions, leases issued and the job actor's :class:`JobProgress`. The policy's
+:class:`~market.base.JobView` is derived from it at each boundary; results (simulation) and the
+API's read model (live) are projections of it.
 
 Restart overhead is the back end's business; the lease says whether the job ran in the
-previous round (``restart``). The per-job records, the per-GPU busy time and the per-round log
-feed ``results()``.
+previous round (``restart``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from actors.job import JobActor, Resume
 from actors.kernel.actor import Actor, handles
-from actors.job import JobActor
 from actors.kernel.messages import (
     JobAccepted,
     JobProgress,
@@ -53,22 +63,73 @@ if TYPE_CHECKING:  # pragma: no cover
     from workloads.profile import JobProfile
     from workloads.throughputs import ThroughputTable
 
+#: job states: ``queued`` (waiting for a lease), ``running`` (holds one), and the final ones
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
 
 @dataclass
 class JobRecord:
-    """What the clearinghouse remembers about a job, for results."""
+    """One job as the clearinghouse knows it, from submission to its end.
+
+    Times in seconds on the clearinghouse's clock (virtual in simulation, Unix epoch live);
+    ``steps_done``/``total_steps`` in optimizer steps at the current ``batch_size``;
+    ``throughput`` in steps/s of the whole gang; ``run_time_s`` is the time it held GPUs;
+    ``failures`` counts failed leases in a row; ``gpu_ids`` is its current lease's gang (empty
+    when it holds none).
+    """
 
     job_id: int
     spec: JobSpec
     arrival_s: float
-    isolated_runtime_s: float | None
+    throughput: float
+    state: str = "queued"
+    isolated_runtime_s: float | None = None
     admitted_s: float | None = None
     finish_s: float | None = None
-    failed: bool = False
     reason: str = ""
+    steps_done: int = 0
+    total_steps: int = 0
+    batch_size: int = 0
+    run_time_s: float = 0.0
     rounds_run: int = 0
     batch_size_changes: int = 0
-    final_batch_size: int = 0
+    failures: int = 0
+    gpu_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.total_steps = self.total_steps or self.spec.total_steps
+        self.batch_size = self.batch_size or self.spec.batch_size
+
+    @property
+    def active(self) -> bool:
+        """Admitted and not finished: the policy sees it."""
+        return self.admitted_s is not None and self.state not in TERMINAL
+
+    def view(self) -> JobView:
+        """The policy's view of this job."""
+        spec = self.spec
+        return JobView(
+            job_id=self.job_id,
+            model=spec.model,
+            batch_size=self.batch_size,
+            scale_factor=spec.scale_factor,
+            throughput=self.throughput,
+            total_steps=self.total_steps,
+            steps_done=self.steps_done,
+            arrival_s=self.arrival_s,
+            priority_weight=spec.priority_weight,
+            mode=spec.mode,
+            run_time_s=self.run_time_s,
+        )
+
+
+@dataclass
+class LeaseInfo:
+    """A lease issued and not yet reported: its job, its gang and when its round ends (s)."""
+
+    job_id: int
+    gpu_ids: tuple[int, ...]
+    end_s: float
 
 
 @dataclass
@@ -92,6 +153,10 @@ class ClearinghouseConfig:
     complete_on_overshoot: bool = False
 
 
+class NoJobCanRun(RuntimeError):
+    """The cluster can never run some jobs (their scale factor exceeds its GPUs)."""
+
+
 class Clearinghouse(Actor):
     """Address ``clearinghouse``.
 
@@ -108,6 +173,9 @@ class Clearinghouse(Actor):
         on_round: progress callback ``(round_index, now_s, jobs_done, jobs_total)``.
         workload: workload-model knobs (progress rounding at batch-size changes).
     """
+
+    #: seconds to wait for the predictor's answer (None: no limit; simulation)
+    predict_timeout_s: float | None = None
 
     def __init__(
         self,
@@ -139,15 +207,14 @@ class Clearinghouse(Actor):
         self.gpu_busy_s: dict[int, float] = {g: 0.0 for s in self.servers for g in s}
 
         self.records: dict[int, JobRecord] = {}
-        self.jobs: dict[int, JobView] = {}
-        self.pending: list[tuple[int, JobSpec]] = []
+        self.pending: list[int] = []
         self.arrived: list[int] = []
         self.completed: list[int] = []
         self.bs_changed: list[int] = []
         self.failed: list[int] = []
         self.lost_gpus_pending = 0
         self.last_round: dict[int, float] = {}
-        self.outstanding: dict[int, tuple[int, ...]] = {}
+        self.outstanding: dict[int, LeaseInfo] = {}
         self.previous: dict[int, tuple[int, ...]] = {}
         self.round_index = 0
         self.rounds: list[RoundRecord] = []
@@ -156,54 +223,57 @@ class Clearinghouse(Actor):
         self._next_job_id = 0
         self._next_lease_id = 1
         self._tick_pending = False
-        self._first_arrival_s: float | None = None
 
     # -- admission ------------------------------------------------------------------------
+    def initial_throughput(self, spec: JobSpec) -> float:
+        """steps/s of the gang: the table's value, else total_steps / duration_s, else 1."""
+        table = self.throughputs
+        if table is not None and table.has(spec.model, spec.batch_size, spec.scale_factor):
+            return table.throughput(spec.model, spec.batch_size, spec.scale_factor)
+        if spec.duration_s > 0:
+            return spec.total_steps / spec.duration_s
+        return 1.0
+
     @handles(SubmitJob)
     def on_submit(self, msg: SubmitJob) -> None:
         spec = msg.spec
-        job_id = spec.job_id if spec.job_id is not None else self._next_job_id
-        if job_id in self.records:
-            self.log.warning("duplicate_job_id", job_id=job_id)
+        job_id = self._job_id_for(spec)
+        if job_id is None:
             return
         self._next_job_id = max(self._next_job_id, job_id + 1)
         arrival = spec.arrival_s if self.clock.virtual else self.clock.now()
-        self.pending.append((job_id, replace_spec(spec, job_id=job_id, arrival_s=arrival)))
+        spec = replace_spec(spec, job_id=job_id, arrival_s=arrival)
+        record = JobRecord(job_id, spec, arrival, self.initial_throughput(spec))
+        self.records[job_id] = record
+        self.pending.append(job_id)
+        self._job_changed(record, new=True)
         if msg.src:
             self.reply(msg, JobAccepted(job_id=job_id))
+        self._wake_for_submission()
+
+    def _job_id_for(self, spec: JobSpec) -> int | None:
+        """The id of a submission (the trace's, else the next free one); None refuses it."""
+        job_id = spec.job_id if spec.job_id is not None else self._next_job_id
+        if job_id in self.records:
+            self.log.warning("duplicate_job_id", job_id=job_id)
+            return None
+        return job_id
+
+    def _wake_for_submission(self) -> None:
         if not self.outstanding:
             self._schedule_tick()
 
-    def _admit(self, job_id: int, spec: JobSpec, now: float) -> None:
+    def _admit(self, record: JobRecord, now: float, resume: Resume | None = None) -> None:
+        """Start the job actor and tell the predictor: from now on the policy sees the job."""
+        spec = record.spec
         profile = self.profile_of(spec) if self.profile_of is not None else None
-        table = self.throughputs
-        if table is not None and table.has(spec.model, spec.batch_size, spec.scale_factor):
-            throughput = table.throughput(spec.model, spec.batch_size, spec.scale_factor)
-        elif spec.duration_s > 0:
-            throughput = spec.total_steps / spec.duration_s
-        else:
-            throughput = 1.0
-        isolated = profile.isolated_runtime_s if profile is not None else None
-        self.records[job_id] = JobRecord(job_id, spec, spec.arrival_s, isolated, admitted_s=now)
-        if self._first_arrival_s is None:
-            self._first_arrival_s = spec.arrival_s
-        self.jobs[job_id] = JobView(
-            job_id=job_id,
-            model=spec.model,
-            batch_size=spec.batch_size,
-            scale_factor=spec.scale_factor,
-            throughput=throughput,
-            total_steps=spec.total_steps,
-            steps_done=0,
-            arrival_s=spec.arrival_s,
-            priority_weight=spec.priority_weight,
-            mode=spec.mode,
-        )
-        self.spawn(self._make_job_actor(job_id, spec, throughput, isolated))
+        record.isolated_runtime_s = profile.isolated_runtime_s if profile is not None else None
+        record.admitted_s = now
+        self.spawn(self._make_job_actor(record, resume))
         if self.predictor is not None:
             msg = PredictorAddJob(
                 dst=self.predictor,
-                job_id=job_id,
+                job_id=record.job_id,
                 submit_s=now,
                 round_index=self.round_index,
                 scale_factor=spec.scale_factor,
@@ -214,64 +284,64 @@ class Clearinghouse(Actor):
                 msg.num_epochs = 1
                 msg.samples_per_epoch = max(1, spec.total_steps)
                 msg.batch_size = spec.batch_size
-                msg.throughput = throughput
+                msg.throughput = record.throughput
             self.send(msg)
-        self.arrived.append(job_id)
+        self.arrived.append(record.job_id)
 
-    def _make_job_actor(self, job_id: int, spec: JobSpec, throughput: float, isolated: float | None) -> JobActor:
-        """The job actor of a newly admitted job (live mode restores its state on top)."""
+    def _make_job_actor(self, record: JobRecord, resume: Resume | None) -> JobActor:
+        """The job actor of a newly admitted job (``resume``: its state before a restart)."""
         return JobActor(
-            job_id,
-            spec,
+            record.job_id,
+            record.spec,
             self.bus,
             throughputs=self.throughputs,
-            throughput=throughput,
-            isolated_runtime_s=isolated,
+            throughput=record.throughput,
+            isolated_runtime_s=record.isolated_runtime_s,
             completion_cap_factor=self.config.completion_cap_factor,
             predictor=self.predictor,
             max_failures=self.config.max_failures,
             complete_on_overshoot=self.config.complete_on_overshoot,
             progress_rounding=self.workload.progress_rounding,
+            resume=resume,
         )
 
     # -- reports --------------------------------------------------------------------------
     @handles(JobProgress)
     def on_progress(self, msg: JobProgress) -> None:
         job_id = msg.job_id
-        gpus = self.outstanding.pop(msg.lease_id, ())
-        for gpu in gpus:
+        lease = self.outstanding.pop(msg.lease_id, None)
+        for gpu in lease.gpu_ids if lease is not None else ():
             self.gpu_busy_s[gpu] = self.gpu_busy_s.get(gpu, 0.0) + msg.execution_s
         self.last_round[job_id] = self.last_round.get(job_id, 0.0) + msg.execution_s
-        record = self.records.get(job_id)
-        view = self.jobs.get(job_id)
-        if record is not None:
-            record.rounds_run += 1
-            record.final_batch_size = msg.batch_size
         if msg.lease_failed:
             self.failed.append(job_id)
         if msg.batch_size_change is not None:
             self.bs_changed.append(job_id)
-            if record is not None:
+        record = self.records.get(job_id)
+        if record is not None and record.state not in TERMINAL:
+            record.rounds_run += 1
+            record.batch_size = msg.batch_size
+            record.failures = record.failures + 1 if msg.lease_failed else 0
+            if msg.batch_size_change is not None:
                 record.batch_size_changes += 1
-        if view is not None:
-            self.jobs[job_id] = replace(
-                view,
-                batch_size=msg.batch_size,
-                throughput=msg.throughput,
-                total_steps=msg.total_steps,
-                steps_done=msg.steps_done,
-                run_time_s=msg.run_time_s,
-            )
-        if msg.completed and view is not None:
-            del self.jobs[job_id]
-            self.completed.append(job_id)
-            self.finished_jobs += 1
-            if record is not None:
+            record.throughput = msg.throughput
+            record.total_steps = msg.total_steps
+            record.steps_done = msg.steps_done
+            record.run_time_s = msg.run_time_s
+            if msg.completed:
+                record.state = "failed" if msg.failed else "completed"
                 record.finish_s = msg.finish_s
-                record.failed = msg.failed
                 record.reason = msg.reason
-            if self.predictor is not None:
-                self.send(PredictorRemoveJob(dst=self.predictor, job_id=job_id, finish_s=msg.finish_s))
+                record.gpu_ids = ()
+                self.completed.append(job_id)
+                self.finished_jobs += 1
+                if self.predictor is not None:
+                    self.send(PredictorRemoveJob(dst=self.predictor, job_id=job_id, finish_s=msg.finish_s))
+            elif lease is not None and not any(i.job_id == job_id for i in self.outstanding.values()):
+                record.state = "queued"
+                record.gpu_ids = ()
+            self._job_changed(record)
+        self._lease_reported(msg.lease_id, lease)
         if not self.outstanding:
             self._schedule_tick()
 
@@ -290,35 +360,102 @@ class Clearinghouse(Actor):
 
     @handles(RoundTick)
     async def on_tick(self, _msg: RoundTick) -> None:
+        """The round step, one definition for simulation and live (see the module docstring)."""
         self._tick_pending = False
-        if self.outstanding:
-            return
         now = self.clock.now()
-        for job_id, spec in self.pending:
-            self._admit(job_id, spec, now)
-        self.pending.clear()
-        if not self.jobs:
-            if self.expected_jobs is not None and self.finished_jobs >= self.expected_jobs:
-                if not self.done.done():
-                    self.done.set_result(now)
+        if not self._round_due(now):
             return
-        ctx = self._round_context(now, self.jobs)
+        for job_id in self.pending:
+            record = self.records[job_id]
+            if record.state not in TERMINAL:
+                self._admit(record, now)
+        self.pending.clear()
+        active = {j: r for j, r in self.records.items() if r.active}
+        if not active:
+            self._idle(now)
+            return
+        jobs = {j: r.view() for j, r in active.items() if r.spec.scale_factor <= self.num_gpus}
+        if not jobs:
+            self._no_job_fits(now, active)
+            return
+        ctx = self._round_context(now, jobs)
         await self._predict(ctx)
+        stats = getattr(self.policy, "stats", None)
+        replans = stats.get("replans") if isinstance(stats, dict) else None
         started = time.perf_counter()
-        chosen = await self._choose(ctx)
+        try:
+            chosen = await self._choose(ctx)
+            placement = place_gang_jobs(
+                [(j, jobs[j].scale_factor) for j in chosen if j in jobs], self._placement_servers(), self.previous
+            )
+        except Exception as exc:  # noqa: BLE001 - the seam decides: end the run or skip the round
+            placement = self._round_failed(exc)
         policy_wall = time.perf_counter() - started
-        self._consume_events(ctx.jobs)
-        placement = place_gang_jobs(
-            [(j, self.jobs[j].scale_factor) for j in chosen if j in self.jobs], self.servers, self.previous
+        replanned = None if replans is None else stats.get("replans") != replans  # type: ignore[union-attr]
+        self.log.info(
+            "round_started", round_index=self.round_index, jobs=len(jobs),
+            placement={j: list(g) for j, g in placement.items()}, batch_size_changed=list(ctx.batch_size_changed),
+            arrived=list(ctx.arrived), completed=list(ctx.completed), replanned=replanned,
         )
+        self._consume_events(jobs)
         self._issue_leases(placement, now)
-        self._record_round(now, placement, policy_wall)
+        self.rounds.append(
+            RoundRecord(
+                round_index=self.round_index,
+                start_s=now,
+                active_jobs=len(active),
+                scheduled_jobs=len(placement),
+                gpus_used=sum(len(g) for g in placement.values()),
+                policy_wall_s=policy_wall,
+            )
+        )
         self.previous = placement
         self.round_index += 1
+        self._round_started(now, placement, policy_wall)
+
+    # -- the seams of the round step (simulation here; live.clearinghouse overrides) -------
+    def _round_due(self, now: float) -> bool:
+        """Whether a boundary may start now: in simulation, when every lease has reported."""
+        return not self.outstanding
+
+    def _idle(self, now: float) -> None:
+        """No job is waiting: the run is over once every expected job has finished."""
+        if self.expected_jobs is not None and self.finished_jobs >= self.expected_jobs and not self.done.done():
+            self.done.set_result(now)
+
+    def _no_job_fits(self, now: float, active: Mapping[int, JobRecord]) -> None:
+        """Every waiting job asks more GPUs than the cluster has: a fixed cluster never runs them."""
+        detail = ", ".join(f"job {j} (scale factor {r.spec.scale_factor})" for j, r in sorted(active.items()))
+        if not self.done.done():
+            self.done.set_exception(NoJobCanRun(f"these jobs can never run on {self.num_gpus} GPUs: {detail}"))
+
+    def _placement_servers(self) -> list[list[int]]:
+        """The GPU groups placement packs gangs into (servers)."""
+        return self.servers
+
+    async def _choose(self, ctx: RoundContext) -> list[int]:
+        """The policy's choice. Synchronous in simulation: the virtual clock cannot move meanwhile."""
+        return self.policy.select(ctx)
+
+    def _round_failed(self, exc: Exception) -> dict[int, tuple[int, ...]]:
+        """The policy or placement raised: in simulation the run ends with it (``on_handler_error``)."""
+        raise exc
+
+    def _round_started(self, now: float, placement: Mapping[int, tuple[int, ...]], policy_wall_s: float) -> None:
+        """After the leases of a round are out: progress, and a timer when nothing was placed."""
         if self.on_round is not None:
             self.on_round(self.round_index, now, self.finished_jobs, self.expected_jobs)
         if not placement:
             self._schedule_tick(now + self.config.round_duration_s)
+
+    def _lease_issued(self, lease: Lease) -> None:
+        """A lease is about to be sent (live: persisted first)."""
+
+    def _lease_reported(self, lease_id: int, lease: LeaseInfo | None) -> None:
+        """A lease's report was applied (``lease`` None: it had been dropped before)."""
+
+    def _job_changed(self, record: JobRecord, *, new: bool = False) -> None:
+        """A job record changed (``new``: just submitted); live persists and publishes it."""
 
     def on_handler_error(self, msg) -> None:
         """A round that cannot be scheduled ends the run with the error (already logged) rather
@@ -326,7 +463,7 @@ class Clearinghouse(Actor):
         if isinstance(msg, RoundTick) and not self.done.done():
             self.done.set_exception(RuntimeError(f"round {self.round_index} could not be scheduled; see the log"))
 
-    # -- steps of a round boundary, shared with the live clearinghouse --------------------
+    # -- steps of a round boundary ---------------------------------------------------------
     def _round_context(self, now: float, jobs: Mapping[int, JobView]) -> RoundContext:
         """The policy's view of this boundary: ``jobs`` and the events since the last one."""
         return RoundContext(
@@ -343,7 +480,7 @@ class Clearinghouse(Actor):
             last_round=dict(self.last_round),
         )
 
-    async def _predict(self, ctx: RoundContext, timeout: float | None = None) -> None:
+    async def _predict(self, ctx: RoundContext) -> None:
         """Fill ``ctx.predictions`` from the predictor actor (policies that use them)."""
         if self.predictor is None:
             return
@@ -355,14 +492,10 @@ class Clearinghouse(Actor):
                 num_gpus=self.num_gpus,
                 round_duration_s=self.config.round_duration_s,
             ),
-            timeout,
+            self.predict_timeout_s,
         )
         assert isinstance(reply, PredictReply)
         ctx.predictions = {p.job_id: p for p in reply.predictions if p.job_id in ctx.jobs}
-
-    async def _choose(self, ctx: RoundContext) -> list[int]:
-        """The policy's choice. Synchronous in simulation: the virtual clock cannot move meanwhile."""
-        return self.policy.select(ctx)
 
     def _consume_events(self, jobs: Mapping[int, JobView]) -> None:
         """Forget the events the policy has now seen (arrivals of jobs it did not see stay)."""
@@ -373,47 +506,37 @@ class Clearinghouse(Actor):
         self.last_round.clear()
         self.lost_gpus_pending = 0
 
-    def _record_round(self, now: float, placement: Mapping[int, tuple[int, ...]], policy_wall: float) -> None:
-        self.rounds.append(
-            RoundRecord(
-                round_index=self.round_index,
-                start_s=now,
-                active_jobs=len(self.jobs),
-                scheduled_jobs=len(placement),
-                gpus_used=sum(len(g) for g in placement.values()),
-                policy_wall_s=policy_wall,
-            )
-        )
-
-    def _issue_leases(self, placement: dict[int, tuple[int, ...]], now: float) -> None:
+    def _issue_leases(self, placement: Mapping[int, tuple[int, ...]], now: float) -> None:
         duration = self.config.round_duration_s
         for job_id, gpus in placement.items():
-            view = self.jobs[job_id]
             record = self.records[job_id]
             lease_id = self._next_lease_id
             self._next_lease_id += 1
-            self.outstanding[lease_id] = gpus
-            self.send(
-                Lease(
-                    dst=f"gpu/{gpus[0]}",
-                    lease_id=lease_id,
-                    job_id=job_id,
-                    round_index=self.round_index,
-                    gpu_ids=list(gpus),
-                    start_s=now,
-                    duration_s=duration,
-                    model=view.model,
-                    mode=view.mode,  # type: ignore[arg-type]
-                    scale_factor=view.scale_factor,
-                    initial_batch_size=record.spec.batch_size,
-                    batch_size=view.batch_size,
-                    throughput=view.throughput,
-                    steps_done=view.steps_done,
-                    remaining_steps=view.remaining_steps,
-                    restart=self.round_index >= 1 and job_id not in self.previous,
-                    command=record.spec.command,
-                )
+            self.outstanding[lease_id] = LeaseInfo(job_id, tuple(gpus), now + duration)
+            lease = Lease(
+                dst=f"gpu/{gpus[0]}",
+                lease_id=lease_id,
+                job_id=job_id,
+                round_index=self.round_index,
+                gpu_ids=list(gpus),
+                start_s=now,
+                duration_s=duration,
+                model=record.spec.model,
+                mode=record.spec.mode,
+                scale_factor=record.spec.scale_factor,
+                initial_batch_size=record.spec.batch_size,
+                batch_size=record.batch_size,
+                throughput=record.throughput,
+                steps_done=record.steps_done,
+                remaining_steps=max(0, record.total_steps - record.steps_done),
+                restart=self.round_index >= 1 and job_id not in self.previous,
+                command=record.spec.command,
             )
+            record.state = "running"
+            record.gpu_ids = tuple(gpus)
+            self._lease_issued(lease)
+            self._job_changed(record)
+            self.send(lease)
 
     async def prediction_quality(self) -> dict | None:
         """The predictor's error summary (None without a predictor)."""

@@ -29,6 +29,7 @@ Rules (SHOCKWAVE_REFERENCE.md §2.4, §3.5):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -47,6 +48,20 @@ EMA_ALPHA = 0.5
 #: the bus topic a job actor publishes its :class:`JobProgress` on; each job actor subscribes
 #: its predictor (when there is one) and then its clearinghouse, so they get it in that order
 PROGRESS_TOPIC = "job_progress"
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A job's state when it was last saved (live ``serve`` restarts): steps at ``batch_size``,
+    gang throughput in steps/s, seconds on GPUs, failed leases in a row, applied lease ids."""
+
+    steps_done: int
+    total_steps: int
+    batch_size: int
+    throughput: float
+    run_time_s: float
+    failures: int = 0
+    applied_leases: tuple[int, ...] = ()
 
 
 class JobActor(Actor):
@@ -69,6 +84,7 @@ class JobActor(Actor):
             leases that fail, and completes it after ``max_failures`` of them.
         progress_rounding: progress conversion at a batch-size change ("ceil", the reference, or
             "proportional"; :class:`workloads.adaptation.WorkloadConfig`).
+        resume: the state to start from (None: a new job).
     """
 
     def __init__(
@@ -86,6 +102,7 @@ class JobActor(Actor):
         max_failures: int = 5,
         complete_on_overshoot: bool = False,
         progress_rounding: str = "ceil",
+        resume: Resume | None = None,
     ) -> None:
         super().__init__(f"job/{job_id}", bus)
         self.job_id = job_id
@@ -105,6 +122,11 @@ class JobActor(Actor):
         self.progress_rounding = progress_rounding
         #: lease ids whose report was applied (a duplicate report is ignored)
         self.applied_leases: set[int] = set()
+        if resume is not None:
+            self.steps_done, self.total_steps = resume.steps_done, resume.total_steps
+            self.batch_size, self.throughput = resume.batch_size, resume.throughput
+            self.run_time_s, self.failures = resume.run_time_s, resume.failures
+            self.applied_leases.update(resume.applied_leases)
         self.cap_s: int | None = None
         if isolated_runtime_s is not None and completion_cap_factor is not None:
             self.cap_s = int(isolated_runtime_s * completion_cap_factor)

@@ -13,7 +13,7 @@ section            owner
 ``[shockwave]``    :class:`market.shockwave.ShockwaveConfig`
 ``[predictor]``    :class:`predictor.PredictorConfig`
 ``[workload]``     :class:`workloads.adaptation.WorkloadConfig`
-``[live]``         :class:`live.config.LiveConfig` (``serve``/``worker``)
+``[live]``         :class:`configs.live.LiveConfig` (``serve``/``worker``)
 ``[torch]``        :class:`gpu_runtime.torch_config.TorchBackendConfig` (``worker --backend torch``)
 =================  =========================================================
 
@@ -74,7 +74,7 @@ _LIVE_ONLY = frozenset({"live", "torch"})
 @functools.cache
 def _owners() -> dict[str, type]:
     from actors.clearinghouse import ClearinghouseConfig
-    from live.config import LiveConfig
+    from configs.live import LiveConfig
     from gpu_runtime.emulated import EmulationConfig
     from gpu_runtime.torch_config import TorchBackendConfig
     from market.gavel import GavelConfig

@@ -5,7 +5,7 @@ Routes (docs/live_cluster.md has curl examples):
 =========================  ===============================================================
 ``POST /v1/jobs``          submit a :class:`JobRequest` (JSON or ``application/msgpack``) → 201
 ``GET /v1/jobs``           every job (:class:`JobList`)
-``GET /v1/jobs/{id}``      one job (:class:`live.clearinghouse.JobStatus`)
+``GET /v1/jobs/{id}``      one job (:class:`live.read_model.JobStatus`)
 ``DELETE /v1/jobs/{id}``   cancel a job → its status
 ``GET /v1/cluster``        nodes, GPUs, current round and placement (:class:`ClusterStatus`)
 ``GET /metrics``           Prometheus text: jobs by state, round duration, policy time, ρ so far
@@ -24,12 +24,13 @@ request's ``Accept`` names ``application/msgpack``.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+import time
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
 
 import msgspec
 from msgspec import Meta, Struct
 
-from live.clearinghouse import JobStatus
+from live.read_model import JobStatus
 from actors.kernel.messages import CancelJob, CancelResult, JobAccepted, JobSpec, SubmitJob
 from actors.kernel.transport_ws import BUS_PATH, check_bearer
 
@@ -37,8 +38,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
 
     from actors.kernel.bus import Bus
-    from live.clearinghouse import LiveClearinghouse
-    from live.config import LiveConfig
+    from live.read_model import ReadModel
+    from configs.live import LiveConfig
     from actors.kernel.transport_ws import HubTransport
 
 API_ADDRESS = "api"
@@ -243,7 +244,8 @@ class Metrics:
         )
         self.submissions = Counter("shockwave_submissions", "Jobs accepted over HTTP", registry=self.registry)
         self.rejections = Counter("shockwave_rejected_requests", "4xx answers", ["status"], registry=self.registry)
-        self.clearinghouse: LiveClearinghouse | None = None
+        self.view: ReadModel | None = None
+        self.now: Callable[[], float] = time.time
         self.registry.register(self)
 
     def observe_round(self, round_wall_s: float, policy_wall_s: float) -> None:
@@ -253,24 +255,20 @@ class Metrics:
     def collect(self):  # prometheus custom collector
         from prometheus_client.core import GaugeMetricFamily
 
-        ch = self.clearinghouse
-        if ch is None:
+        view = self.view
+        if view is None:
             return
         by_state = GaugeMetricFamily("shockwave_jobs", "Jobs by state", labels=["state"])
-        counts = {s: 0 for s in ("queued", "running", "completed", "failed", "cancelled")}
-        for status in ch.status.values():
-            counts[status.state] = counts.get(status.state, 0) + 1
-        for state, n in sorted(counts.items()):
+        for state, n in sorted(view.states().items()):
             by_state.add_metric([state], n)
         yield by_state
-        yield GaugeMetricFamily("shockwave_gpus", "GPUs of alive nodes", value=ch.num_gpus)
-        yield GaugeMetricFamily("shockwave_round_index", "Rounds started", value=ch.round_index)
-        yield GaugeMetricFamily("shockwave_nodes_lost", "Nodes declared lost", value=ch.nodes_lost)
+        yield GaugeMetricFamily("shockwave_gpus", "GPUs of alive nodes", value=view.num_gpus)
+        yield GaugeMetricFamily("shockwave_round_index", "Rounds started", value=view.round_index)
+        yield GaugeMetricFamily("shockwave_nodes_lost", "Nodes declared lost", value=view.nodes_lost)
         rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per job", labels=["job_id"])
-        for job_id in list(ch.status):
-            status = ch.snapshot(job_id)
-            if status is not None and status.rho is not None:
-                rho.add_metric([str(job_id)], status.rho)
+        for status in view.job_list(self.now()):
+            if status.rho is not None:
+                rho.add_metric([str(status.job_id)], status.rho)
         yield rho
 
     def describe(self):
@@ -372,18 +370,25 @@ def openapi_document() -> dict:
 
 
 def build_app(
-    ch: "LiveClearinghouse",
+    view: "ReadModel",
     bus: "Bus",
     hub: "HubTransport",
     live: "LiveConfig",
     token: str,
     metrics: Metrics | None = None,
+    clearinghouse: str = "clearinghouse",
 ) -> "web.Application":
-    """The aiohttp application: API routes, the bus hub, the auth and error middleware."""
+    """The aiohttp application: API routes, the bus hub, the auth and error middleware.
+
+    The routes read ``view`` (published by the live clearinghouse) and send commands to the
+    ``clearinghouse`` address on ``bus``; they never touch an actor.
+    """
     from aiohttp import web
 
     metrics = metrics or Metrics()
-    metrics.clearinghouse = ch
+    metrics.view = view
+    now = bus.clock.now
+    metrics.now = now
     if not bus.is_local(API_ADDRESS):
         bus.register(API_ADDRESS)  # replies to the API bypass this mailbox
     openapi = _json.encode(openapi_document())
@@ -410,49 +415,48 @@ def build_app(
     async def submit(request: web.Request) -> web.Response:
         raw = await _read_body(request, live.max_body_bytes)
         req = parse_job_request(raw, request.headers.get("Content-Type", ""))
-        spec = to_spec(req, ch.capacity())
-        reply = await bus.request(SubmitJob(src=API_ADDRESS, dst=ch.address, spec=spec), timeout=30.0)
+        spec = to_spec(req, view.capacity)
+        reply = await bus.request(SubmitJob(src=API_ADDRESS, dst=clearinghouse, spec=spec), timeout=30.0)
         assert isinstance(reply, JobAccepted)
         metrics.submissions.inc()
         return _respond(request, Submitted(job_id=reply.job_id, state="queued"), status=201)
 
     async def list_jobs(request: web.Request) -> web.Response:
-        jobs = [ch.snapshot(j) for j in sorted(ch.status)]
-        return _respond(request, JobList(jobs=[j for j in jobs if j is not None]))
+        return _respond(request, JobList(jobs=view.job_list(now())))
 
     async def get_job(request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        status = ch.snapshot(job_id)
+        status = view.job(job_id, now())
         if status is None:
             raise ApiError(404, f"no job {job_id}", "job_id")
         return _respond(request, status)
 
     async def cancel_job(request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        status = ch.snapshot(job_id)
+        status = view.job(job_id, now())
         if status is None:
             raise ApiError(404, f"no job {job_id}", "job_id")
         if status.state in ("completed", "failed", "cancelled"):
             raise ApiError(409, f"job {job_id} is already {status.state}", "job_id")
-        reply = await bus.request(CancelJob(src=API_ADDRESS, dst=ch.address, job_id=job_id), timeout=30.0)
+        reply = await bus.request(CancelJob(src=API_ADDRESS, dst=clearinghouse, job_id=job_id), timeout=30.0)
         assert isinstance(reply, CancelResult)
-        return _respond(request, ch.snapshot(job_id))
+        return _respond(request, view.job(job_id, now()))
 
     async def cluster(request: web.Request) -> web.Response:
-        states = [s.state for s in ch.status.values()]
+        states = view.states()
         return _respond(
             request,
             ClusterStatus(
-                num_gpus=ch.num_gpus,
-                nodes=[NodeInfo(name=n, gpu_ids=list(ids), last_heartbeat_s=ch.last_seen.get(n)) for n, ids in sorted(ch.nodes.items())],
-                round_index=ch.round_index,
-                round_duration_s=ch.config.round_duration_s,
-                round_start_s=ch.round_start_s,
-                round_end_s=ch.round_end_s,
-                placement=[Assignment(job_id=j, gpu_ids=list(g)) for j, g in sorted(ch.placement.items())],
-                queued_jobs=states.count("queued"),
-                running_jobs=states.count("running"),
-                nodes_lost=ch.nodes_lost,
+                num_gpus=view.num_gpus,
+                nodes=[NodeInfo(name=n, gpu_ids=list(ids), last_heartbeat_s=view.last_heartbeat_s.get(n)) for n, ids in sorted(view.nodes.items())],
+                round_index=view.round_index,
+                round_duration_s=view.round_duration_s,
+                round_start_s=view.round_start_s,
+                round_end_s=view.round_end_s,
+                placement=[Assignment(job_id=j, gpu_ids=list(g)) for j, g in sorted(view.placement.items())],
+                queued_jobs=states["queued"],
+                running_jobs=states["running"],
+                nodes_lost=view.nodes_lost,
             ),
         )
 
@@ -465,7 +469,7 @@ def build_app(
         return web.Response(body=openapi, content_type="application/json")
 
     async def healthz(request: web.Request) -> web.Response:
-        return _respond(request, Health(ok=True, server_id=ch.server_id))
+        return _respond(request, Health(ok=True, server_id=view.server_id))
 
     app = web.Application(middlewares=[guard], client_max_size=live.max_body_bytes)
     app.router.add_post("/v1/jobs", submit)

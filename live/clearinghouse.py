@@ -1,30 +1,31 @@
 """The clearinghouse on the wall clock: timer rounds, durable state, nodes, faults.
 
 :class:`LiveClearinghouse` is the simulation's :class:`~actors.clearinghouse.Clearinghouse`
-with ``round_mode="timer"`` (ARCHITECTURE.md "Live runtime"):
+with ``round_mode="timer"`` (docs/architecture.md "Live runtime"). It runs the same round step
+(:meth:`Clearinghouse.on_tick`); it only fills the step's seams:
 
 * **Rounds**: a round starts every ``round_duration_s`` of wall time; its leases last the round
   (the back end stops at ``start_s + duration_s``). A lease not reported ``lease_grace_s`` after
   the round's end is stopped (:class:`StopLease`) and its job requeued. With nothing running,
-  a submission or a node registration starts a round at once.
+  a submission or a node registration starts a round at once. The policy runs in a worker
+  thread, and a round whose policy or placement fails is skipped (logged), not fatal.
 * **Nodes**: a worker's node agent sends :class:`RegisterGPUs` and gets cluster-wide GPU ids
   (the same ids again when a node of that name re-registers, across ``serve`` restarts), then
   a :class:`Heartbeat` every ``heartbeat_interval_s``. A node silent for more than
   ``heartbeat_timeout_s`` is declared lost: its GPUs leave the cluster, its running leases'
   jobs are requeued for the next round, and the next :class:`~market.base.RoundContext`
   carries ``lost_gpus`` so that the policy re-plans.
-* **Durable state** (:class:`live.store.Store`): a job is committed before it is
-  acknowledged; progress, leases and nodes are written as they change. :meth:`restore` reloads
-  a database: unfinished jobs come back with their progress, leases left running are requeued.
+* **Durable state** (:class:`live.store.Store`): a job is committed before it is acknowledged;
+  each change of its record, leases and nodes are written as they happen. :meth:`restore`
+  reloads a database: unfinished jobs come back with their progress, leases left running are
+  requeued.
+* **Read model** (:class:`live.read_model.ReadModel`): every change of a job record, the nodes
+  or the round is published there; the HTTP API reads only that.
 * **Gangs spanning nodes**: a lease whose GPUs are on several nodes is sent to the first of its
   GPUs on each node, with ``num_nodes``, that node's ``node_rank`` (nodes in the order of the
   lease's GPU ids) and ``rdzv_host`` (the address node 0 registered with); only node 0 reports.
   A :class:`StopLease` goes to every node of the gang. ``[live] placement = "spread"`` takes
   GPUs round-robin across nodes, so gangs span nodes even when one node could hold them.
-* **Running leases** of real back ends send :class:`LeaseProgress` (through the job actor): the
-  job's status shows its steps, batch size and measured throughput before the lease ends; each
-  round logs ``round_started`` with the jobs whose batch size changed and whether the policy
-  re-planned.
 * **Failures**: a job whose leases fail ``max_failures`` times in a row is marked ``failed``
   with the last reason (the job actor's rule); a cancelled job (:class:`CancelJob`) stops.
 
@@ -35,79 +36,37 @@ Job states: ``queued`` (waiting for a lease), ``running`` (holds a lease), ``com
 from __future__ import annotations
 
 import asyncio
-import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import msgspec
 
+from actors.clearinghouse import TERMINAL, Clearinghouse, ClearinghouseConfig, JobRecord, LeaseInfo
+from actors.job import JobActor, Resume
 from actors.kernel.actor import Actor, handles
-from actors.clearinghouse import Clearinghouse, ClearinghouseConfig, RoundRecord
-from actors.job import JobActor
 from actors.kernel.messages import (
     CancelJob,
     CancelResult,
     GPUsRegistered,
     Heartbeat,
-    JobAccepted,
-    JobProgress,
     JobSpec,
     Lease,
     LeaseProgress,
     Message,
     NodeLost,
-    PredictReply,
-    PredictRequest,
+    PredictorRemoveJob,
     RegisterGPUs,
     RoundTick,
     StopLease,
-    SubmitJob,
 )
-from live.store import TERMINAL, Store
+from live.read_model import ReadModel
+from live.store import Store
 from market.base import RoundContext, RoundPolicy
-from market.metrics import contention_factor
-from market.placement import PlacementError, place_gang_jobs
+from market.placement import PlacementError
 
 if TYPE_CHECKING:  # pragma: no cover
     from actors.kernel.bus import Bus
-    from live.config import LiveConfig
+    from configs.live import LiveConfig
     from workloads.throughputs import ThroughputTable
-
-
-class JobStatus(msgspec.Struct, kw_only=True):
-    """A job as the API shows it (``GET /v1/jobs/{id}``).
-
-    Times are Unix epoch seconds; ``run_time_s`` is the seconds it held GPUs; ``throughput``
-    is steps/s of the whole gang; ``rho`` is finish-time fairness so far: (finish or now −
-    submit) / (total_steps / throughput × max(1, N/G)), N the jobs not finished, G the GPUs.
-    """
-
-    job_id: int
-    name: str
-    model: str
-    state: str
-    scale_factor: int
-    mode: str
-    priority_weight: float
-    batch_size: int
-    steps_done: int
-    total_steps: int
-    throughput: float
-    run_time_s: float
-    rounds_run: int
-    submit_s: float
-    finish_s: float | None = None
-    reason: str = ""
-    gpu_ids: list[int] = msgspec.field(default_factory=list)
-    rho: float | None = None
-    batch_size_changes: int = 0
-
-
-@dataclass
-class LeaseInfo:
-    job_id: int
-    gpu_ids: tuple[int, ...]
-    end_s: float
 
 
 class LiveClearinghouse(Clearinghouse):
@@ -126,10 +85,13 @@ class LiveClearinghouse(Clearinghouse):
         on_gpus_assigned: ``(node_address, gpu_ids)`` after a registration (the hub routes
             ``gpu/<id>`` to the node's connection).
         on_round_done: ``(round_wall_s, policy_wall_s)`` per round (metrics).
+        read_model: where the state the API reads is published (a new one if None).
 
     Raises:
         ValueError: ``config.round_mode`` is not ``"timer"``.
     """
+
+    predict_timeout_s = 30.0
 
     def __init__(
         self,
@@ -145,6 +107,7 @@ class LiveClearinghouse(Clearinghouse):
         server_id: str = "",
         on_gpus_assigned: Callable[[str, list[int]], None] | None = None,
         on_round_done: Callable[[float, float], None] | None = None,
+        read_model: ReadModel | None = None,
     ) -> None:
         if config.round_mode != "timer":
             raise ValueError(f"the live clearinghouse needs round_mode 'timer', got {config.round_mode!r}")
@@ -157,21 +120,21 @@ class LiveClearinghouse(Clearinghouse):
         self.server_id = server_id
         self.on_gpus_assigned = on_gpus_assigned
         self.on_round_done = on_round_done
+        self.view = read_model or ReadModel()
+        self.view.server_id = server_id
+        self.view.round_duration_s = config.round_duration_s
         self.nodes: dict[str, list[int]] = {}
         self.node_hosts: dict[str, str] = {}
         self.known_nodes: dict[str, list[int]] = store.nodes()
         self.last_seen: dict[str, float] = {}
-        self.status: dict[int, JobStatus] = {}
-        self.leases: dict[int, LeaseInfo] = {}
         self.job_actors: dict[int, JobActor] = {}
-        self.lost_gpus_pending = 0
         self.nodes_lost = 0
         self.round_end_s = 0.0
         self.round_start_s: float | None = None
-        self.placement: dict[int, tuple[int, ...]] = {}
         self._monitor: asyncio.Task | None = None
         self._tick_task: asyncio.Task | None = None
         self._tick_at = 0.0
+        self._publish_cluster()
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, group: asyncio.TaskGroup | None = None) -> asyncio.Task:
@@ -196,74 +159,60 @@ class LiveClearinghouse(Clearinghouse):
         now = self.clock.now()
         back = 0
         for row in store.jobs():
-            status = JobStatus(
-                job_id=row.job_id, name=row.spec.name, model=row.spec.model, state=row.state,
-                scale_factor=row.spec.scale_factor, mode=row.spec.mode, priority_weight=row.spec.priority_weight,
-                batch_size=row.batch_size, steps_done=row.steps_done, total_steps=row.total_steps,
-                throughput=row.throughput, run_time_s=row.run_time_s, rounds_run=row.rounds_run,
-                submit_s=row.submit_s, finish_s=row.finish_s, reason=row.reason,
+            record = JobRecord(
+                row.job_id, row.spec, row.submit_s, row.throughput, state=row.state, finish_s=row.finish_s,
+                reason=row.reason, steps_done=row.steps_done, total_steps=row.total_steps,
+                batch_size=row.batch_size, run_time_s=row.run_time_s, rounds_run=row.rounds_run,
+                failures=row.failures,
             )
-            self.status[row.job_id] = status
-            if row.state in TERMINAL:
-                continue
-            status.state = "queued"
-            store.update_job(row.job_id, state="queued")
-            self._admit(row.job_id, row.spec, now)
-            view = self.jobs[row.job_id]
-            self.jobs[row.job_id] = replace(
-                view, batch_size=row.batch_size, throughput=row.throughput, total_steps=row.total_steps,
-                steps_done=row.steps_done, run_time_s=row.run_time_s,
-            )
-            actor = self.job_actors[row.job_id]
-            actor.steps_done = row.steps_done
-            actor.total_steps = row.total_steps
-            actor.batch_size = row.batch_size
-            actor.throughput = row.throughput
-            actor.run_time_s = row.run_time_s
-            actor.failures = row.failures
-            actor.applied_leases.update(row.applied_leases)
-            self.records[row.job_id].rounds_run = row.rounds_run
-            back += 1
-        self.log.info("restored", jobs=len(self.status), unfinished=back, requeued_leases=len(requeued))
+            self.records[row.job_id] = record
+            if row.state not in TERMINAL:
+                record.state = "queued"
+                self._admit(record, now, Resume(
+                    steps_done=row.steps_done, total_steps=row.total_steps, batch_size=row.batch_size,
+                    throughput=row.throughput, run_time_s=row.run_time_s, failures=row.failures,
+                    applied_leases=row.applied_leases,
+                ))
+                self.store.update_job(row.job_id, state="queued")
+                back += 1
+            self.view.publish_job(record)
+        self._publish_cluster()
+        self.log.info("restored", jobs=len(self.records), unfinished=back, requeued_leases=len(requeued))
         return back
 
     # -- admission --------------------------------------------------------------------------
-    def initial_throughput(self, spec: JobSpec) -> float:
-        """steps/s of the gang: the table's value, else total_steps / duration_s, else 1."""
-        table = self.throughputs
-        if table is not None and table.has(spec.model, spec.batch_size, spec.scale_factor):
-            return table.throughput(spec.model, spec.batch_size, spec.scale_factor)
-        if spec.duration_s > 0:
-            return spec.total_steps / spec.duration_s
-        return 1.0
-
     def capacity(self) -> int:
         """The largest scale factor accepted: max(GPUs now, ``expected_gpus``)."""
         return max(self.num_gpus, self.live.expected_gpus)
 
-    @handles(SubmitJob)
-    def on_submit(self, msg: SubmitJob) -> None:
-        job_id = self._next_job_id
-        self._next_job_id += 1
-        now = self.clock.now()
-        spec = msgspec.structs.replace(msg.spec, job_id=job_id, arrival_s=now)
-        throughput = self.initial_throughput(spec)
-        self.store.add_job(job_id, spec, now, throughput)
-        self.store.set_meta("next_job_id", self._next_job_id)
-        self.status[job_id] = JobStatus(
-            job_id=job_id, name=spec.name, model=spec.model, state="queued", scale_factor=spec.scale_factor,
-            mode=spec.mode, priority_weight=spec.priority_weight, batch_size=spec.batch_size, steps_done=0,
-            total_steps=spec.total_steps, throughput=throughput, run_time_s=0.0, rounds_run=0, submit_s=now,
-        )
-        self.pending.append((job_id, spec))
-        if msg.src:
-            self.reply(msg, JobAccepted(job_id=job_id))
-        self._schedule_tick(max(now, self.round_end_s))
+    def _job_id_for(self, spec: JobSpec) -> int | None:
+        return self._next_job_id  # the cluster numbers live jobs itself
 
-    def _make_job_actor(self, job_id: int, spec: JobSpec, throughput: float, isolated: float | None) -> JobActor:
-        actor = super()._make_job_actor(job_id, spec, throughput, isolated)
-        self.job_actors[job_id] = actor
+    def _wake_for_submission(self) -> None:
+        self._schedule_tick(max(self.clock.now(), self.round_end_s))
+
+    def _make_job_actor(self, record: JobRecord, resume: Resume | None) -> JobActor:
+        actor = super()._make_job_actor(record, resume)
+        self.job_actors[record.job_id] = actor
         return actor
+
+    def _job_changed(self, record: JobRecord, *, new: bool = False) -> None:
+        """Persist the record (a new job is committed before it is acknowledged), then publish it."""
+        if new:
+            self.store.add_job(record.job_id, record.spec, record.arrival_s, record.throughput)
+            self.store.set_meta("next_job_id", self._next_job_id)
+        else:
+            self.store.update_job(
+                record.job_id, state=record.state, steps_done=record.steps_done, total_steps=record.total_steps,
+                batch_size=record.batch_size, throughput=record.throughput, run_time_s=record.run_time_s,
+                failures=record.failures, rounds_run=record.rounds_run, finish_s=record.finish_s,
+                reason=record.reason,
+            )
+        if record.state in TERMINAL:
+            self.job_actors.pop(record.job_id, None)
+        if record.state != "running":
+            self.view.placement.pop(record.job_id, None)
+        self.view.publish_job(record)
 
     # -- nodes ------------------------------------------------------------------------------
     @handles(RegisterGPUs)
@@ -285,11 +234,11 @@ class LiveClearinghouse(Clearinghouse):
             GPUsRegistered(node=node, gpu_ids=ids, round_duration_s=self.config.round_duration_s, server_id=self.server_id),
         )
         self.log.info("node_registered", node=node, gpu_ids=ids)
-        if self.jobs or self.pending:
+        if self.pending or any(r.active for r in self.records.values()):
             self._schedule_tick(max(now, self.round_end_s))
 
     def _add_node(self, node: str, ids: list[int], now: float) -> None:
-        self.last_seen[node] = now
+        self._seen(node, now)
         if self.nodes.get(node) == ids:
             return
         if node in self.nodes:
@@ -298,6 +247,10 @@ class LiveClearinghouse(Clearinghouse):
         self._rebuild_servers()
         for g in ids:
             self.gpu_busy_s.setdefault(g, 0.0)
+
+    def _seen(self, node: str, now: float) -> None:
+        self.last_seen[node] = now
+        self.view.last_heartbeat_s[node] = now
 
     def _node_of(self) -> dict[int, str]:
         return {g: node for node, ids in self.nodes.items() for g in ids}
@@ -339,12 +292,13 @@ class LiveClearinghouse(Clearinghouse):
     def _rebuild_servers(self) -> None:
         self.servers = [list(ids) for _, ids in sorted(self.nodes.items(), key=lambda kv: kv[1][0] if kv[1] else 0)]
         self.num_gpus = sum(len(s) for s in self.servers)
+        self._publish_cluster()
 
     @handles(Heartbeat)
     def on_heartbeat(self, msg: Heartbeat) -> None:
         now = self.clock.now()
         if msg.node in self.nodes:
-            self.last_seen[msg.node] = now
+            self._seen(msg.node, now)
         elif msg.node in self.known_nodes:  # declared lost but alive again
             self.log.info("node_back", node=msg.node)
             self._add_node(msg.node, self.known_nodes[msg.node], now)
@@ -365,8 +319,8 @@ class LiveClearinghouse(Clearinghouse):
 
     def _remove_node(self, node: str, *, lost: bool) -> None:
         gpus = set(self.nodes.pop(node, ()))
-        self._rebuild_servers()
-        for lease_id, info in list(self.leases.items()):
+        self.view.last_heartbeat_s.pop(node, None)
+        for lease_id, info in list(self.outstanding.items()):
             if gpus.intersection(info.gpu_ids):
                 self._drop_lease(lease_id, "requeued", stop=not lost)
         for job_id in [j for j, g in self.previous.items() if gpus.intersection(g)]:
@@ -375,85 +329,39 @@ class LiveClearinghouse(Clearinghouse):
             self.lost_gpus_pending += len(gpus)
             self.nodes_lost += 1
             self.log.warning("node_lost", node=node, gpus=sorted(gpus))
-            if self.jobs or self.pending:
-                self._schedule_tick(max(self.clock.now(), self.round_end_s))
+        self._rebuild_servers()
+        if lost and (self.pending or any(r.active for r in self.records.values())):
+            self._schedule_tick(max(self.clock.now(), self.round_end_s))
 
     # -- leases -----------------------------------------------------------------------------
     def _drop_lease(self, lease_id: int, state: str, *, stop: bool) -> None:
-        info = self.leases.pop(lease_id, None)
-        self.outstanding.pop(lease_id, None)
+        """Forget a lease without its report (``state``: ``requeued`` or ``stopped``)."""
+        info = self.outstanding.pop(lease_id, None)
         if info is None:
             return
         self.store.set_lease_state(lease_id, state)
         if stop and info.gpu_ids:
             for _node, lead in self._gang_nodes(info.gpu_ids):
                 self.send(StopLease(dst=f"gpu/{lead}", lease_id=lease_id, job_id=info.job_id))
-        status = self.status.get(info.job_id)
-        if status is not None and status.state == "running":
-            status.state = "queued"
-            status.gpu_ids = []
-            self.store.update_job(info.job_id, state="queued")
-        self.placement.pop(info.job_id, None)
+        record = self.records.get(info.job_id)
+        if record is not None and record.state == "running":
+            record.state = "queued"
+            record.gpu_ids = ()
+            self._job_changed(record)
 
-    def _issue_leases(self, placement: dict[int, tuple[int, ...]], now: float) -> None:
-        first = self._next_lease_id
-        for i, (job_id, gpus) in enumerate(placement.items()):
-            lease_id = first + i  # the ids the base class gives, in the same order
-            self.store.add_lease(lease_id, job_id, self.round_index, list(gpus), now, self.config.round_duration_s)
-            self.leases[lease_id] = LeaseInfo(job_id, tuple(gpus), now + self.config.round_duration_s)
-            status = self.status[job_id]
-            status.state = "running"
-            status.gpu_ids = list(gpus)
-            self.store.update_job(job_id, state="running")
-        self.store.set_meta("next_lease_id", first + len(placement))
-        super()._issue_leases(placement, now)
+    def _lease_issued(self, lease: Lease) -> None:
+        self.store.add_lease(lease.lease_id, lease.job_id, lease.round_index, list(lease.gpu_ids), lease.start_s,
+                             lease.duration_s)
+        self.store.set_meta("next_lease_id", lease.lease_id + 1)
 
-    @handles(JobProgress)
-    def on_progress(self, msg: JobProgress) -> None:
-        super().on_progress(msg)
-        job_id = msg.job_id
-        info = self.leases.pop(msg.lease_id, None)
-        self.store.set_lease_state(msg.lease_id, "done")
-        status = self.status.get(job_id)
-        if status is None or status.state in TERMINAL:
-            return
-        status.steps_done = msg.steps_done
-        status.total_steps = msg.total_steps
-        if msg.batch_size_change is not None:
-            status.batch_size_changes += 1
-        status.batch_size = msg.batch_size
-        status.throughput = msg.throughput
-        status.run_time_s = msg.run_time_s
-        status.rounds_run += 1
-        fields: dict[str, object] = dict(
-            steps_done=msg.steps_done, total_steps=msg.total_steps, batch_size=msg.batch_size,
-            throughput=msg.throughput, run_time_s=msg.run_time_s, rounds_run=status.rounds_run,
-            failures=self.job_actors[job_id].failures if job_id in self.job_actors else 0,
-        )
-        if msg.completed:
-            status.state = "failed" if msg.failed else "completed"
-            status.finish_s = msg.finish_s
-            status.reason = msg.reason
-            status.gpu_ids = []
-            status.rho = self._rho(status, msg.finish_s)
-            fields.update(state=status.state, finish_s=msg.finish_s, reason=msg.reason)
-            self.job_actors.pop(job_id, None)
-            self.placement.pop(job_id, None)
-        elif info is not None and not any(i.job_id == job_id for i in self.leases.values()):
-            status.state = "queued"
-            status.gpu_ids = []
-            fields["state"] = "queued"
-        self.store.update_job(job_id, **fields)
+    def _lease_reported(self, lease_id: int, lease: LeaseInfo | None) -> None:
+        self.store.set_lease_state(lease_id, "done")
 
     @handles(LeaseProgress)
     def on_lease_progress(self, msg: LeaseProgress) -> None:
-        status = self.status.get(msg.job_id)
-        if status is None or status.state in TERMINAL or msg.lease_id not in self.leases:
+        if msg.lease_id not in self.outstanding:
             return
-        status.steps_done = msg.job_steps
-        if msg.total_steps is not None:
-            status.total_steps = msg.total_steps
-        status.batch_size = msg.batch_size
+        self.view.lease_progress(msg.job_id, msg.job_steps, msg.total_steps, msg.batch_size)
         if msg.batch_size_change is not None:
             self.log.info("lease_batch_size_changed", job_id=msg.job_id, lease_id=msg.lease_id,
                           old=msg.batch_size_change[0], new=msg.batch_size_change[1], mode=msg.mode)
@@ -461,33 +369,31 @@ class LiveClearinghouse(Clearinghouse):
     @handles(CancelJob)
     def on_cancel(self, msg: CancelJob) -> None:
         job_id = msg.job_id
-        status = self.status.get(job_id)
-        if status is None or status.state in TERMINAL:
+        record = self.records.get(job_id)
+        if record is None or record.state in TERMINAL:
             if msg.src:
-                self.reply(msg, CancelResult(job_id=job_id, state=status.state if status else "unknown"))
+                self.reply(msg, CancelResult(job_id=job_id, state=record.state if record else "unknown"))
             return
-        for lease_id in [lid for lid, info in self.leases.items() if info.job_id == job_id]:
+        for lease_id in [lid for lid, info in self.outstanding.items() if info.job_id == job_id]:
             self._drop_lease(lease_id, "stopped", stop=True)
-        self.pending = [(j, s) for j, s in self.pending if j != job_id]
-        self.jobs.pop(job_id, None)
+        self.pending = [j for j in self.pending if j != job_id]
         self.previous.pop(job_id, None)
         actor = self.job_actors.pop(job_id, None)
         if actor is not None:
             actor.stop()
         now = self.clock.now()
-        status.state, status.finish_s, status.reason, status.gpu_ids = "cancelled", now, "cancelled by request", []
-        self.store.update_job(job_id, state="cancelled", finish_s=now, reason=status.reason)
-        if self.predictor is not None and job_id in self.records:
-            from actors.kernel.messages import PredictorRemoveJob
-
+        admitted = record.admitted_s is not None
+        record.state, record.finish_s, record.reason, record.gpu_ids = "cancelled", now, "cancelled by request", ()
+        self._job_changed(record)
+        if self.predictor is not None and admitted:
             self.send(PredictorRemoveJob(dst=self.predictor, job_id=job_id, finish_s=now))
         if msg.src:
             self.reply(msg, CancelResult(job_id=job_id, state="cancelled"))
 
-    # -- rounds -----------------------------------------------------------------------------
+    # -- the round step's seams ---------------------------------------------------------------
     def _schedule_tick(self, at: float | None = None) -> None:
         """One pending round timer, at the earliest time asked for (a stale tick is harmless:
-        :meth:`on_tick` re-checks the round's state)."""
+        the round step re-checks the round's state)."""
         at = self.clock.now() if at is None else at
         task = self._tick_task
         if task is not None and not task.done():
@@ -502,82 +408,57 @@ class LiveClearinghouse(Clearinghouse):
             await self.clock.sleep_until(at)
         self.mailbox.put_nowait(RoundTick(src=self.address, dst=self.address))
 
+    def _round_due(self, now: float) -> bool:
+        """A round starts at the timer; leases still out ``lease_grace_s`` after it are stopped."""
+        if self.outstanding:
+            deadline = self.round_end_s + self.live.lease_grace_s
+            if now < deadline:
+                self._schedule_tick(deadline)
+                return False
+            for lease_id in list(self.outstanding):
+                self.log.warning("lease_overdue", lease_id=lease_id)
+                self._drop_lease(lease_id, "stopped", stop=True)
+        if now < self.round_end_s:
+            self._schedule_tick(self.round_end_s)
+            return False
+        return True
+
+    def _idle(self, now: float) -> None:
+        """Nothing to run: the next submission starts a round."""
+
+    def _no_job_fits(self, now: float, active: Mapping[int, JobRecord]) -> None:
+        """Every job asks more GPUs than are alive now: wait a round for nodes to (re)join."""
+        self.round_end_s = now + self.config.round_duration_s
+        self._schedule_tick(self.round_end_s)
+
     async def _choose(self, ctx: RoundContext) -> list[int]:
         """The policy runs in a worker thread, so the HTTP API and the bus keep serving during a
         long solve; the clearinghouse handles no other message meanwhile (actor semantics)."""
         return await asyncio.to_thread(self.policy.select, ctx)
 
-    @handles(RoundTick)
-    async def on_tick(self, _msg: RoundTick) -> None:
-        now = self.clock.now()
-        if self.outstanding:
-            deadline = self.round_end_s + self.live.lease_grace_s
-            if now < deadline:
-                self._schedule_tick(deadline)
-                return
-            for lease_id in list(self.outstanding):
-                self.log.warning("lease_overdue", lease_id=lease_id)
-                self._drop_lease(lease_id, "stopped", stop=True)
-                self.outstanding.pop(lease_id, None)
-        if now < self.round_end_s:
-            self._schedule_tick(self.round_end_s)
-            return
-        for job_id, spec in self.pending:
-            self._admit(job_id, spec, now)
-        self.pending.clear()
-        if not self.jobs:
-            return  # idle: the next submission starts a round
-        fits = {j: v for j, v in self.jobs.items() if v.scale_factor <= self.num_gpus}
-        if not fits:
-            self.round_end_s = now + self.config.round_duration_s
-            self._schedule_tick(self.round_end_s)
-            return
-        ctx = self._round_context(now, fits)
-        await self._predict(ctx, timeout=30.0)
-        started = time.perf_counter()
-        stats = getattr(self.policy, "stats", None)
-        replans = stats.get("replans") if isinstance(stats, dict) else None
-        try:
-            chosen = await self._choose(ctx)
-            placement = place_gang_jobs(
-                [(j, self.jobs[j].scale_factor) for j in chosen if j in fits], self._placement_servers(), self.previous
-            )
-        except (PlacementError, ValueError, RuntimeError) as exc:
-            self.log.exception("round_failed", error=str(exc))
-            placement = {}
-        policy_wall = time.perf_counter() - started
-        replanned = None if replans is None else stats.get("replans") != replans  # type: ignore[union-attr]
-        self.log.info(
-            "round_started", round_index=self.round_index, jobs=len(fits), placement={j: list(g) for j, g in placement.items()},
-            batch_size_changed=list(ctx.batch_size_changed), arrived=list(ctx.arrived), completed=list(ctx.completed),
-            replanned=replanned,
-        )
-        self._consume_events(fits)
-        self._issue_leases(placement, now)
-        self._record_round(now, placement, policy_wall)
+    def _round_failed(self, exc: Exception) -> dict[int, tuple[int, ...]]:
+        """A live round whose policy or placement fails is skipped (logged); the next one retries."""
+        if not isinstance(exc, (PlacementError, ValueError, RuntimeError)):
+            raise exc
+        self.log.error("round_failed", error=str(exc), exc_info=exc)
+        return {}
+
+    def _round_started(self, now: float, placement: Mapping[int, tuple[int, ...]], policy_wall_s: float) -> None:
         if self.on_round_done is not None and self.round_start_s is not None:
-            self.on_round_done(now - self.round_start_s, policy_wall)
-        self.previous = placement
-        self.placement = dict(placement)
+            self.on_round_done(now - self.round_start_s, policy_wall_s)
         self.round_start_s = now
         self.round_end_s = now + self.config.round_duration_s
-        self.round_index += 1
         self.store.set_meta("round_index", self.round_index)
+        self._publish_cluster()
         self._schedule_tick(self.round_end_s)
 
-    # -- reading ----------------------------------------------------------------------------
-    def _rho(self, status: JobStatus, until: float) -> float | None:
-        if status.throughput <= 0:
-            return None
-        isolated = status.total_steps / status.throughput
-        active = sum(1 for s in self.status.values() if s.state not in TERMINAL)
-        return (until - status.submit_s) / (isolated * contention_factor(max(1, active), max(1, self.num_gpus)))
-
-    def snapshot(self, job_id: int) -> JobStatus | None:
-        """A job's status with ρ so far (None: unknown id)."""
-        status = self.status.get(job_id)
-        if status is None:
-            return None
-        if status.state not in TERMINAL:
-            status.rho = self._rho(status, self.clock.now())
-        return status
+    def _publish_cluster(self) -> None:
+        view = self.view
+        view.nodes = {n: list(ids) for n, ids in self.nodes.items()}
+        view.num_gpus = self.num_gpus
+        view.capacity = self.capacity()
+        view.round_index = self.round_index
+        view.round_start_s = self.round_start_s
+        view.round_end_s = self.round_end_s
+        view.placement = {j: tuple(g) for j, g in self.previous.items()}
+        view.nodes_lost = self.nodes_lost

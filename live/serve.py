@@ -107,7 +107,7 @@ async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event
             )
             unfinished = ch.restore()
             spawn(ch)
-            app = build_app(ch, bus, hub, live, token, metrics)
+            app = build_app(ch.view, bus, hub, live, token, metrics, clearinghouse=ch.address)
             runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await runner.setup()
             site = web.TCPSite(runner, live.host, live.port, reuse_address=True)

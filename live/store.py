@@ -27,7 +27,6 @@ import msgspec
 
 from actors.kernel.messages import JobSpec
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (

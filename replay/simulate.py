@@ -214,7 +214,7 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "mode": r.spec.mode,
                 "model": r.spec.model,
                 "initial_batch_size": r.spec.batch_size,
-                "final_batch_size": r.final_batch_size,
+                "final_batch_size": r.batch_size,
                 "batch_size_changes": r.batch_size_changes,
                 "rounds_run": r.rounds_run,
             }

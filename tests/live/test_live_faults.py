@@ -11,7 +11,7 @@ from actors.kernel.bus import Bus
 from actors.clearinghouse import ClearinghouseConfig
 from actors.gpu import GPUActor
 from live.clearinghouse import LiveClearinghouse
-from live.config import LiveConfig
+from configs.live import LiveConfig
 from actors.kernel.messages import RegisterGPUs, SubmitJob, JobSpec
 from gpu_runtime.backend import LeaseOutcome
 from live.store import Store
@@ -86,9 +86,9 @@ async def test_repeated_failures_mark_the_job_failed_with_the_reason():
     backend = FailingBackend()
     bus, ch, store, _ = await _cluster(backend)
     bus.send(SubmitJob(dst="clearinghouse", spec=JobSpec(model="toy", batch_size=8, scale_factor=1, total_steps=10)))
-    assert await _wait(lambda: 0 in ch.status and ch.status[0].state == "failed")
+    assert await _wait(lambda: 0 in ch.view.jobs and ch.view.jobs[0].state == "failed")
     assert backend.leases == 3
-    assert ch.status[0].reason == "CUDA error: out of memory"
+    assert ch.view.jobs[0].reason == "CUDA error: out of memory"
     (row,) = store.jobs()
     assert (row.state, row.reason, row.failures) == ("failed", "CUDA error: out of memory", 3)
     ch.stop()
@@ -99,7 +99,7 @@ async def test_silent_node_is_lost_and_the_policy_told():
     assert await _wait(lambda: ch.num_gpus == 2)
     bus.send(SubmitJob(dst="clearinghouse", spec=JobSpec(model="toy", batch_size=8, scale_factor=1, total_steps=10)))
     assert await _wait(lambda: ch.nodes_lost == 1)  # no heartbeat ever came
-    assert ch.num_gpus == 0 and ch.status[0].state == "queued"
+    assert ch.num_gpus == 0 and ch.view.jobs[0].state == "queued"
     bus.send(RegisterGPUs(src="node/a", dst="clearinghouse", node="a", num_gpus=2))  # it comes back
     assert await _wait(lambda: any(c.lost_gpus == 2 for c in policy.contexts))
     assert ch.nodes["a"] == [0, 1]  # the same ids again

@@ -1,0 +1,126 @@
+"""The live cluster's read model: what the HTTP API and the metrics may read.
+
+The live clearinghouse is its only writer: it publishes a job's status whenever the job's
+:class:`~actors.clearinghouse.JobRecord` changes, and the cluster's nodes and round whenever
+they change. Readers never reach into the actors' fields, so an actor's state has one owner
+and the shell sees a consistent projection of it (ARCHITECTURE "one round step", issue 14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from actors.clearinghouse import TERMINAL
+from market.metrics import contention_factor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from actors.clearinghouse import JobRecord
+
+
+class JobStatus(msgspec.Struct, kw_only=True):
+    """A job as the API shows it (``GET /v1/jobs/{id}``).
+
+    Times are Unix epoch seconds; ``run_time_s`` is the seconds it held GPUs; ``throughput``
+    is steps/s of the whole gang; ``rho`` is finish-time fairness so far: (finish or now −
+    submit) / (total_steps / throughput × max(1, N/G)), N the jobs not finished, G the GPUs.
+    """
+
+    job_id: int
+    name: str
+    model: str
+    state: str
+    scale_factor: int
+    mode: str
+    priority_weight: float
+    batch_size: int
+    steps_done: int
+    total_steps: int
+    throughput: float
+    run_time_s: float
+    rounds_run: int
+    submit_s: float
+    finish_s: float | None = None
+    reason: str = ""
+    gpu_ids: list[int] = msgspec.field(default_factory=list)
+    rho: float | None = None
+    batch_size_changes: int = 0
+
+
+@dataclass
+class ReadModel:
+    """The projection ``serve``'s HTTP API reads (units as :class:`JobStatus`)."""
+
+    server_id: str = ""
+    round_duration_s: float = 0.0
+    jobs: dict[int, JobStatus] = field(default_factory=dict)
+    nodes: dict[str, list[int]] = field(default_factory=dict)
+    last_heartbeat_s: dict[str, float] = field(default_factory=dict)
+    num_gpus: int = 0
+    #: the largest scale factor a submission may ask: max(GPUs now, ``[live] expected_gpus``)
+    capacity: int = 0
+    round_index: int = 0
+    round_start_s: float | None = None
+    round_end_s: float = 0.0
+    placement: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    nodes_lost: int = 0
+    _active: int = 0
+
+    # -- writing (the live clearinghouse) ----------------------------------------------------
+    def publish_job(self, record: "JobRecord") -> None:
+        """The job's status from its record (ρ fixed at its finish)."""
+        spec = record.spec
+        old = self.jobs.get(record.job_id)
+        status = JobStatus(
+            job_id=record.job_id, name=spec.name, model=spec.model, state=record.state,
+            scale_factor=spec.scale_factor, mode=spec.mode, priority_weight=spec.priority_weight,
+            batch_size=record.batch_size, steps_done=record.steps_done, total_steps=record.total_steps,
+            throughput=record.throughput, run_time_s=record.run_time_s, rounds_run=record.rounds_run,
+            submit_s=record.arrival_s, finish_s=record.finish_s, reason=record.reason,
+            gpu_ids=list(record.gpu_ids), batch_size_changes=record.batch_size_changes,
+        )
+        was_active = old is not None and old.state not in TERMINAL
+        is_active = status.state not in TERMINAL
+        self._active += int(is_active) - int(was_active)
+        if not is_active:
+            status.rho = old.rho if old is not None and not was_active else None
+            if was_active and status.state != "cancelled" and record.finish_s is not None:
+                status.rho = self._rho(status, record.finish_s, self._active)
+        self.jobs[record.job_id] = status
+
+    def lease_progress(self, job_id: int, steps_done: int, total_steps: int | None, batch_size: int) -> None:
+        """A running lease's interim counts (replaced by the job's next published status)."""
+        status = self.jobs.get(job_id)
+        if status is None or status.state in TERMINAL:
+            return
+        status.steps_done = steps_done
+        if total_steps is not None:
+            status.total_steps = total_steps
+        status.batch_size = batch_size
+
+    # -- reading (the HTTP API, metrics) -------------------------------------------------------
+    def _rho(self, status: JobStatus, until: float, active: int) -> float | None:
+        if status.throughput <= 0:
+            return None
+        isolated = status.total_steps / status.throughput
+        return (until - status.submit_s) / (isolated * contention_factor(max(1, active), max(1, self.num_gpus)))
+
+    def job(self, job_id: int, now: float) -> JobStatus | None:
+        """A job's status with ρ so far (None: unknown id)."""
+        status = self.jobs.get(job_id)
+        if status is not None and status.state not in TERMINAL:
+            status.rho = self._rho(status, now, self._active)
+        return status
+
+    def job_list(self, now: float) -> list[JobStatus]:
+        """Every job in id order, with ρ so far (linear in the number of jobs)."""
+        return [s for s in (self.job(j, now) for j in sorted(self.jobs)) if s is not None]
+
+    def states(self) -> dict[str, int]:
+        """Jobs by state."""
+        counts = {s: 0 for s in ("queued", "running", "completed", "failed", "cancelled")}
+        for status in self.jobs.values():
+            counts[status.state] = counts.get(status.state, 0) + 1
+        return counts
