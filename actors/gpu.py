@@ -38,7 +38,6 @@ def report_message(report: runtime.LeaseOutcome | runtime.LeaseProgress) -> Leas
     fields = msgspec.structs.asdict(report)
     dst = f"job/{report.job_id}"
     if isinstance(report, runtime.LeaseOutcome):
-        fields["gpu_ids"] = list(report.gpu_ids)
         return LeaseReport(dst=dst, **fields)
     if isinstance(report, runtime.LeaseProgress):
         return LeaseProgress(dst=dst, **fields)

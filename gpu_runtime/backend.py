@@ -17,13 +17,17 @@ seconds live), steps (job steps: optimizer iterations of the whole gang, SHOCKWA
 
 from __future__ import annotations
 
-from typing import Callable, Literal, Protocol
+from typing import Annotated, Callable, Literal, Protocol
 
 import msgspec
+from msgspec import Meta
 
 __all__ = ["Backend", "LeaseOutcome", "LeaseProgress", "LeaseRequest", "Mode", "ReportFn"]
 
 Mode = Literal["static", "accordion", "gns"]
+NonNeg = Annotated[float, Meta(ge=0)]
+NonNegInt = Annotated[int, Meta(ge=0)]
+PosInt = Annotated[int, Meta(ge=1)]
 
 
 class LeaseRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,24 +50,24 @@ class LeaseRequest(msgspec.Struct, frozen=True, kw_only=True):
             ``gpu_ids``; rdzv_host: the host of node 0 (gangs spanning nodes).
     """
 
-    lease_id: int
+    lease_id: NonNegInt
     job_id: int
-    round_index: int
+    round_index: NonNegInt
     gpu_ids: tuple[int, ...]
     start_s: float
-    duration_s: float
+    duration_s: NonNeg
     model: str
     mode: Mode
-    scale_factor: int
-    initial_batch_size: int
-    batch_size: int
-    throughput: float
-    steps_done: int
-    remaining_steps: int
+    scale_factor: PosInt
+    initial_batch_size: PosInt
+    batch_size: PosInt
+    throughput: NonNeg
+    steps_done: NonNegInt
+    remaining_steps: NonNegInt
     restart: bool = False
     command: str = ""
-    num_nodes: int = 1
-    node_rank: int = 0
+    num_nodes: PosInt = 1
+    node_rank: NonNegInt = 0
     rdzv_host: str = ""
 
 
@@ -85,19 +89,19 @@ class LeaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
             truth and a change in ``requested_batch_size`` was already applied by the trainer.
     """
 
-    lease_id: int
+    lease_id: NonNegInt
     job_id: int
-    round_index: int
+    round_index: NonNegInt
     gpu_ids: tuple[int, ...]
-    steps: int
-    execution_s: float
+    steps: NonNegInt
+    execution_s: NonNeg
     finish_s: float
-    batch_size: int
-    requested_batch_size: int | None = None
+    batch_size: PosInt
+    requested_batch_size: PosInt | None = None
     failed: bool = False
     reason: str = ""
-    job_steps: int | None = None
-    total_steps: int | None = None
+    job_steps: NonNegInt | None = None
+    total_steps: NonNegInt | None = None
 
 
 class LeaseProgress(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,14 +119,14 @@ class LeaseProgress(msgspec.Struct, frozen=True, kw_only=True):
             estimate behind the decision (None when there is none).
     """
 
-    lease_id: int
+    lease_id: NonNegInt
     job_id: int
-    round_index: int
-    job_steps: int
-    total_steps: int | None
-    batch_size: int
-    throughput: float
-    epoch: int = 0
+    round_index: NonNegInt
+    job_steps: NonNegInt
+    total_steps: NonNegInt | None
+    batch_size: PosInt
+    throughput: NonNeg
+    epoch: NonNegInt = 0
     loss: float | None = None
     batch_size_change: tuple[int, int] | None = None
     mode: str = ""

@@ -18,6 +18,8 @@ from typing import Annotated, Literal, Union
 import msgspec
 from msgspec import Meta, Struct
 
+from gpu_runtime.backend import LeaseOutcome, LeaseRequest
+from gpu_runtime.backend import LeaseProgress as BackendLeaseProgress
 from predictor.predictor import Prediction
 from workloads.profile import JobProfile
 
@@ -70,84 +72,40 @@ class JobAccepted(Message, tag="job_accepted"):
     job_id: int
 
 
-class Lease(Message, tag="lease"):
-    """Clearinghouse -> a gang's lead GPU actor: run ``job_id`` on ``gpu_ids`` for one round.
+def _carrying(name: str, payload: type[Struct], tag: str, doc: str) -> type[Message]:
+    """The message type ``name`` whose payload is exactly ``payload``'s fields (same names, types,
+    constraints, defaults and order), after the envelope.
 
-    Carries the job's state at lease start so that a back end needs nothing else:
-    ``restart`` is true when the job did not run in the previous round (restart overhead
-    applies); ``remaining_steps`` bounds the steps of this lease.
+    The back-end types of :mod:`gpu_runtime.backend` are the one definition of a lease, its
+    outcome and its progress; the bus messages are generated from them, so the two cannot
+    drift apart and the GPU actor's adaptation only adds or drops the envelope.
     """
-
-    lease_id: NonNegInt
-    job_id: int
-    round_index: NonNegInt
-    gpu_ids: list[int]
-    start_s: float
-    duration_s: NonNeg
-    model: str
-    mode: Mode
-    scale_factor: PosInt
-    initial_batch_size: PosInt
-    batch_size: PosInt
-    throughput: NonNeg
-    steps_done: NonNegInt
-    remaining_steps: NonNegInt
-    restart: bool = False
-    command: str = ""
-    # A gang spanning nodes (live mode): every node of the gang gets the lease with its rank
-    # among the gang's nodes (in the order of ``gpu_ids``) and the rendezvous host of node 0.
-    num_nodes: PosInt = 1
-    node_rank: NonNegInt = 0
-    rdzv_host: str = ""
+    fields: list[tuple] = []
+    for f in msgspec.structs.fields(payload):
+        if f.required:
+            fields.append((f.name, f.type))
+        elif f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, f.type, msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, f.type, f.default))
+    cls = msgspec.defstruct(name, fields, bases=(Message,), tag=tag, module=__name__)
+    cls.__doc__ = doc
+    return cls
 
 
-class LeaseReport(Message, tag="lease_report"):
-    """GPU actor -> job actor: what a lease did.
-
-    ``execution_s`` excludes the restart overhead; ``finish_s`` is when the gang was
-    released. ``requested_batch_size`` is the batch size the job's adaptation rule asks
-    for from now on (None: no change).
-    """
-
-    lease_id: NonNegInt
-    job_id: int
-    round_index: NonNegInt
-    gpu_ids: list[int]
-    steps: NonNegInt
-    execution_s: NonNeg
-    finish_s: float
-    batch_size: PosInt
-    requested_batch_size: PosInt | None = None
-    failed: bool = False
-    reason: str = ""
-    # Real back ends: the job's cumulative steps and (rescaled) total steps as the trainer's
-    # checkpoint records them after this lease; when set, the job actor takes them as the truth
-    # (a batch-size change in ``requested_batch_size`` was then already applied by the trainer).
-    job_steps: NonNegInt | None = None
-    total_steps: NonNegInt | None = None
-
-
-class LeaseProgress(Message, tag="lease_progress"):
-    """Lead GPU actor -> job actor (-> clearinghouse): a running lease's progress (real back ends).
-
-    ``job_steps``/``total_steps``: the job's cumulative and total steps as the trainer counts
-    them; ``throughput``: steps/s of the whole gang over the last report window;
-    ``batch_size_change``: ``(old, new)`` when the trainer's adaptation changed the batch size
-    (``mode``: ``"gns"``/``"accordion"``, ``statistic`` the estimate behind the decision).
-    """
-
-    lease_id: NonNegInt
-    job_id: int
-    round_index: NonNegInt
-    job_steps: NonNegInt
-    total_steps: NonNegInt | None
-    batch_size: PosInt
-    throughput: NonNeg
-    epoch: NonNegInt = 0
-    loss: float | None = None
-    batch_size_change: tuple[int, int] | None = None
-    mode: str = ""
-    statistic: float | None = None
+Lease = _carrying(
+    "Lease", LeaseRequest, "lease",
+    "Clearinghouse -> a gang's lead GPU actor (every node's, for a gang spanning nodes): a "
+    ":class:`gpu_runtime.backend.LeaseRequest` with the envelope.",
+)
+LeaseReport = _carrying(
+    "LeaseReport", LeaseOutcome, "lease_report",
+    "GPU actor -> job actor: a :class:`gpu_runtime.backend.LeaseOutcome` with the envelope.",
+)
+LeaseProgress = _carrying(
+    "LeaseProgress", BackendLeaseProgress, "lease_progress",
+    "Lead GPU actor -> job actor (-> clearinghouse): a :class:`gpu_runtime.backend.LeaseProgress` with the envelope.",
+)
 
 
 class JobProgress(Message, tag="job_progress"):

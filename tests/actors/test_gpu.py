@@ -71,7 +71,7 @@ def test_gpu_actor_adapts_leases_and_reports():
     assert isinstance(progress, LeaseProgress) and progress.src == "gpu/0" and progress.dst == "job/4"
     assert (progress.job_steps, progress.batch_size_change, progress.throughput) == (50, (5, 10), 7.0)
     assert isinstance(report, LeaseReport) and report.src == "gpu/0" and report.dst == "job/4"
-    assert (report.gpu_ids, report.steps, report.finish_s, report.requested_batch_size) == ([0, 1], 20, 360.0, None)
+    assert (report.gpu_ids, report.steps, report.finish_s, report.requested_batch_size) == ((0, 1), 20, 360.0, None)
 
 
 def test_a_report_of_another_type_is_refused():
