@@ -196,7 +196,12 @@ def classify_exit(
          forwarded SIGTERM or a worker's :data:`EXIT_COMPLETED` is expected);
       2. a report with reason ``failed``, or no report -> by exit code:
          :data:`EXIT_COMPLETED` -> ``completed``; 0 and not terminated ->
-         ``lease_end``; otherwise ``failed``.
+         ``lease_end``;
+      3. no report, and the process ended on the launcher's SIGTERM without needing SIGKILL
+         -> ``preempted``: the preemption came before the training script could checkpoint
+         (typically during torchrun's start-up), so the lease made no progress to keep and the
+         job resumes from its newest checkpoint on disk; it is not a failure;
+      4. otherwise ``failed``.
     """
     if report is not None and report.reason != "failed":
         if report.checkpoint_path and Path(report.checkpoint_path).exists():
@@ -207,6 +212,8 @@ def classify_exit(
             return ProcessExit("completed", returncode, report, terminated, killed)
         if returncode == EXIT_LEASE_END and not terminated and not killed:
             return ProcessExit("lease_end", returncode, report, terminated, killed)
+    if report is None and terminated and not killed:
+        return ProcessExit("preempted", returncode, report, terminated, killed)
     return ProcessExit("failed", returncode, report, terminated, killed)
 
 

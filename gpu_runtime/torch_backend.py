@@ -468,8 +468,8 @@ class TorchBackend:
         ended = outcome.report or run.ended
         if ended is not None:
             run.job_steps, run.total_steps, run.batch_size = ended.job_steps, ended.total_steps, ended.batch_size
-        if kind == "failed":
-            # resume from the newest checkpoint on disk: the steps since are lost
+        if kind == "failed" or ended is None:
+            # no final report: resume from the newest checkpoint on disk; the steps since are lost
             on_disk = latest_checkpoint_steps(self._job_dir(run.job_id))
             run.job_steps = on_disk if on_disk is not None else run.lease_start_steps
         if kind == "completed":

@@ -1,13 +1,14 @@
 """End to end on CPU: ``serve`` + two ``worker --backend torch`` (2 slots each), real training.
 
-A 4-job trace submitted on the wall clock with 10 s rounds under the Shockwave policy: an LM
+A 4-job trace submitted on the wall clock under the Shockwave policy, with rounds, grace and
+time-outs derived from torchrun's start-up as measured at the start of the test (:func:`timings`): an LM
 job with scale factor 2 whose gang spans both workers (``[live] placement = "spread"``), a GNS
 job, an Accordion job and a static Recommendation job (small model knobs).  Five GPUs are asked
 of four, so jobs are preempted (SIGTERM, checkpoint) and resumed from their checkpoints.
 Asserted: every job completes and its final checkpoint holds ``job_steps >= total_steps``; the
 gang ran on both nodes; at least one preemption and one resume from a checkpoint; a real
 batch-size change reached the job's status and the next round re-planned because of it.
-Skipped without torch.  Bounded in time everywhere (about 1-2 minutes on 2 cores).
+Skipped without torch. Every wait is on a condition, bounded by a deadline of 40 rounds.
 """
 
 from __future__ import annotations
@@ -37,10 +38,37 @@ JOBS = [
 ]
 
 
-def _config(folder: Path) -> Path:
+def measure_start_up_s() -> float:
+    """Seconds from launching ``torchrun`` to the training module being imported and ready,
+    measured now, on this machine, under its current load (a ``--help`` run of the module)."""
+    started = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+         "-m", "gpu_runtime.torch_runtime.train", "--help"],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=ROOT, timeout=600,
+    )
+    return time.monotonic() - started
+
+
+def timings(start_up_s: float) -> dict[str, float]:
+    """Round length, grace and time-outs derived from the measured start-up: a round is at least
+    three start-ups long, so a lease trains for most of its round even on a loaded machine."""
+    round_s = max(10.0, 3.0 * start_up_s)
+    return {
+        "start_up_s": start_up_s,
+        "round_s": round_s,
+        "grace_s": max(3.0, start_up_s),
+        "join_timeout_s": max(60.0, 6.0 * start_up_s),
+        "heartbeat_timeout_s": max(20.0, 2.0 * round_s),
+        # the trace completes in a handful of rounds; 40 rounds bound a hang, not the expected time
+        "deadline_s": 40 * round_s + 60.0,
+    }
+
+
+def _config(folder: Path, t: dict[str, float]) -> Path:
     text = f"""
 [rounds]
-round_duration_s = 10.0
+round_duration_s = {t["round_s"]}
 round_mode = "timer"
 max_failures = 5
 completion_cap_factor = 1.5
@@ -52,8 +80,8 @@ database = "{folder / 'state.db'}"
 policy = "shockwave"
 throughputs = ""
 heartbeat_interval_s = 0.5
-heartbeat_timeout_s = 20.0
-lease_grace_s = 3.0
+heartbeat_timeout_s = {t["heartbeat_timeout_s"]}
+lease_grace_s = {t["grace_s"]}
 reconnect_initial_s = 0.1
 reconnect_max_s = 0.5
 placement = "spread"
@@ -66,7 +94,7 @@ grace_s = 20.0
 advertise_host = "127.0.0.1"
 report_interval_s = 0.5
 linger_s = 4.0
-join_timeout_s = 60.0
+join_timeout_s = {t["join_timeout_s"]}
 """
     path = folder / "cluster.toml"
     path.write_text(text)
@@ -93,10 +121,12 @@ def _events(log: Path, event: str) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_real_training_cluster(tmp_path):
     from gpu_runtime.torch_runtime.checkpoint import load_latest
 
-    config = _config(tmp_path)
+    t = timings(measure_start_up_s())
+    config = _config(tmp_path, t)
     serve_log, w1_log, w2_log = tmp_path / "serve.log", tmp_path / "w1.log", tmp_path / "w2.log"
     procs: list[subprocess.Popen] = []
     started = time.monotonic()
@@ -117,7 +147,7 @@ def test_real_training_cluster(tmp_path):
             assert not [j for j in jobs if j["state"] in ("failed", "cancelled")], jobs
             return jobs if all(j["state"] == "completed" for j in jobs) else None
 
-        jobs = wait_for(all_done, 420, interval_s=1.0, what="all jobs completed")
+        jobs = wait_for(all_done, t["deadline_s"], interval_s=1.0, what="all jobs completed")
         elapsed = time.monotonic() - started
     except BaseException:
         for log in (serve_log, w1_log, w2_log):
@@ -156,7 +186,7 @@ def test_real_training_cluster(tmp_path):
     replans = [r for r in rounds if r["batch_size_changed"] and r["replanned"]]
     assert replans, rounds
     sys.stderr.write(
-        f"\nE2E: {elapsed:.1f} s wall, {len(rounds)} rounds, {len(launched)} launches "
+        f"\nE2E: start-up {t['start_up_s']:.1f} s, {t['round_s']:.0f} s rounds, {elapsed:.1f} s wall, {len(rounds)} rounds, {len(launched)} launches "
         f"({len(resumed)} resumed from a checkpoint), {len(stopped)} process ends "
         f"({sum(e['kind'] in ('preempted', 'lease_end') for e in stopped)} preempted), "
         f"{sum(j['batch_size_changes'] for j in jobs)} batch-size changes reported "

@@ -69,7 +69,9 @@ def test_classify_exit(tmp_path):
     assert classify_exit(1, _ended("preempted", str(tmp_path / "missing.pt")), terminated=True).kind == "failed"
     assert classify_exit(EXIT_COMPLETED, None).kind == "completed"
     assert classify_exit(0, None).kind == "lease_end"
-    assert classify_exit(0, None, terminated=True).kind == "failed"  # no proof of a checkpoint
+    # SIGTERM before the script could report (torchrun's start-up): a preemption, not a failure
+    assert classify_exit(0, None, terminated=True).kind == "preempted"
+    assert classify_exit(1, None, terminated=True).kind == "preempted"
     assert classify_exit(-9, None, terminated=True, killed=True).kind == "failed"
     assert classify_exit(0, _ended("failed", None)).kind == "failed"
 

@@ -282,6 +282,26 @@ async def test_two_rank_torchrun_lease_preempted_then_completed(tmp_path):
         log.close()
 
 
+async def test_sigterm_during_torchrun_start_up_is_a_preemption(tmp_path):
+    """A round can end before torchrun has started the training script: the lease ends as
+    preempted (nothing to keep, not a failure) and leaves no checkpoint behind."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    progress = tmp_path / "progress.jsonl"
+    args = ["--workload", "LM", *SMALL["LM"], "--total-steps", "100000"]
+    log = open(tmp_path / "torchrun.log", "wb")
+    try:
+        lease = LeaseProcess(LeaseSpec(lease_id="s0", job_id=5, checkpoint_dir=str(tmp_path / "ckpt"),
+                                       progress_file=str(progress), report_interval=0.0),
+                             Placement(nproc_per_node=1), args, base_env=env, stdout=log, stderr=log, cwd=str(REPO))
+        await lease.start()
+        assert not progress.exists() or not read_reports(progress)  # still starting: nothing reported yet
+        out = await lease.stop(grace=60)
+    finally:
+        log.close()
+    assert out.kind == "preempted" and out.terminated and not out.killed, (tmp_path / "torchrun.log").read_text()[-3000:]
+    assert out.report is None and load_latest(tmp_path / "ckpt") is None
+
+
 def test_train_main_reads_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("SHOCKWAVE_JOB_ID", "12")
     monkeypatch.setenv("SHOCKWAVE_MAX_STEPS", "2")
