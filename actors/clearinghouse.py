@@ -176,6 +176,9 @@ class Clearinghouse(Actor):
 
     #: seconds to wait for the predictor's answer (None: no limit; simulation)
     predict_timeout_s: float | None = None
+    #: level of the per-round ``round_started`` log line (an operator reads it live; a replay
+    #: of thousands of rounds keeps it out of the way)
+    round_log_level: str = "debug"
 
     def __init__(
         self,
@@ -392,7 +395,7 @@ class Clearinghouse(Actor):
             placement = self._round_failed(exc)
         policy_wall = time.perf_counter() - started
         replanned = None if replans is None else stats.get("replans") != replans  # type: ignore[union-attr]
-        self.log.info(
+        getattr(self.log, self.round_log_level)(
             "round_started", round_index=self.round_index, jobs=len(jobs),
             placement={j: list(g) for j, g in placement.items()}, batch_size_changed=list(ctx.batch_size_changed),
             arrived=list(ctx.arrived), completed=list(ctx.completed), replanned=replanned,

@@ -92,6 +92,7 @@ class LiveClearinghouse(Clearinghouse):
     """
 
     predict_timeout_s = 30.0
+    round_log_level = "info"
 
     def __init__(
         self,

@@ -67,8 +67,16 @@ def test_replan_paths_add_up(replay):
     assert rp["total"] <= replay["num_rounds"]
 
 
-def test_prediction_quality_recorded(replay):
-    assert replay["prediction_mape"] is not None and replay["prediction_mape"] >= 0.0
+def test_prediction_error_is_bounded(replay):
     errors = replay["prediction_errors"]
     assert set(errors) == {str(j["job_id"]) for j in replay["jobs"]}
     assert all(series for series in errors.values())
+    # the reported figure is the mean relative error of every recorded prediction, in percent
+    rel = [abs(e["predicted_remaining_s"] - e["actual_remaining_s"]) / e["actual_remaining_s"]
+           for series in errors.values() for e in series if e["actual_remaining_s"] > 0]
+    assert replay["prediction_mape"] == pytest.approx(100.0 * sum(rel) / len(rel))
+    # every job of the slice adapts its batch size (GNS or Accordion), so predictions made before
+    # a change cannot be exact; the posterior keeps the mean error under 25 % on this slice
+    # (a regression bound: it was 17.9 % when written) and no prediction is off by more than 2x
+    assert replay["prediction_mape"] < 25.0
+    assert max(rel) <= 1.1

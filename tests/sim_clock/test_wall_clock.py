@@ -31,11 +31,20 @@ async def test_wall_clock_now_is_epoch_seconds_and_sleep_waits():
         await clock.sleep(float("nan"))
 
 
-def test_wall_clock_hold_is_a_reusable_no_op():
+async def test_wall_clock_hold_lets_time_and_timers_run():
+    """On wall time a hold cannot freeze anything: timers due inside it fire and ``now()``
+    advances; holds nest and the same hold can be entered again."""
     clock = WallClock()
-    with clock.hold():
+    fired = asyncio.Event()
+    hold = clock.hold()
+    with hold:
         with clock.hold():
-            pass
+            before = clock.now()
+            asyncio.get_running_loop().call_later(0.01, fired.set)
+            await asyncio.wait_for(fired.wait(), timeout=30.0)
+            assert clock.now() > before
+    with hold:
+        assert clock.now() >= before
 
 
 def test_both_clocks_satisfy_the_protocol():
