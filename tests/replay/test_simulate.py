@@ -98,7 +98,7 @@ def test_canonical_max_min_fairness_matches_the_published_jcts_job_by_job(canoni
     overhead = config["emulation"]["restart_overhead_s"] + config["emulation"]["restart_overhead_slack_s"]
     for i in sorted(off):
         # one round apart, plus at most the restart overhead that round carries
-        assert round_s - 1e-3 <= abs(ours[i] - published[i]) <= round_s + overhead + 1e-3, (i, ours[i], published[i])
+        assert round_s - 0.01 <= abs(ours[i] - published[i]) <= round_s + overhead + 0.01, (i, ours[i], published[i])
 
 
 def test_same_seed_same_results(canonical):
