@@ -110,3 +110,34 @@ def test_torch_backend_refuses_a_virtual_clock():
 
     with pytest.raises(ValueError, match="wall clock"):
         run_virtual(main())
+
+
+class _SteppedClock(WallClock):
+    """A wall clock whose reading the test sets (timers still run on the loop's own time)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+
+async def test_emulated_live_lease_runs_to_the_round_end_and_a_stop_reports_pro_rata(monkeypatch):
+    import gpu_runtime.emulated as emulated
+
+    clock = _SteppedClock(110.0)  # the lease arrives 10 s into its round (100 s .. 220 s)
+    monkeypatch.setattr(emulated, "get_clock", lambda loop=None: clock)
+    backend = EmulatedBackend()
+    got: list[LeaseOutcome] = []
+    backend.start(_lease(), got.append)
+    assert backend.running() == [1]
+    clock.t = 165.0  # halfway through the 110 s .. 220 s it could run: preempted
+    backend.stop(1)
+    [out] = got
+    # 2 steps/s over the 110 s left of the round would be 220 steps; half of them ran
+    assert (out.steps, out.execution_s, out.finish_s, out.failed) == (110, 55.0, 165.0, False)
+    assert backend.running() == []
+    backend.stop(1)  # a second stop, or one of an unknown lease, is ignored
+    assert len(got) == 1

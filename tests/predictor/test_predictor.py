@@ -31,6 +31,25 @@ def test_posterior_hand_computed():
     assert r == pytest.approx(100.0 / 3.0)
 
 
+@pytest.mark.parametrize(
+    ("E", "p", "observed", "durations", "expected"),
+    [
+        # docs/reference.md §4.4 by hand. Three regimes, one seen three times:
+        # prior 3/3 = 1 each; counts (3, 0, 0) -> alpha' (4, 1, 1), sum 6; rebased 3 x alpha' / 6 =
+        # (2, 0.5, 0.5); remove the three bs-8 epochs: 2 -> 1 -> 0, the third is skipped (0 < 1);
+        # sum r = 1, inflated = max(int(1 + 1), 3 - 2) = 2 (inflation binds);
+        # R = (0 x 10 + 0.5 x 20 + 0.5 x 40) x 1 / 2 = 15.
+        (3, 2, [8, 8, 8], {8: 10.0, 16: 20.0, 32: 40.0}, 15.0),
+        # Two regimes seen once each: prior 2.5 each; alpha' (3.5, 3.5), sum 7; rebased 5 x 3.5 / 7 =
+        # (2.5, 2.5); remove one of each: (1.5, 1.5); inflated = max(int(3 + 1), 4) = 4;
+        # R = (1.5 x 6 + 1.5 x 3) x 4 / 4 = 13.5.
+        (5, 1, [16, 32], {16: 6.0, 32: 3.0}, 13.5),
+    ],
+)
+def test_posterior_golden_values(E, p, observed, durations, expected):
+    assert dirichlet_remaining_runtime(E, p, observed, sorted(durations), durations) == pytest.approx(expected, rel=1e-12)
+
+
 def test_posterior_finished_job_and_bad_input():
     assert dirichlet_remaining_runtime(4, 4, [32] * 4, [32], {32: 1.0}) == 1.0
     with pytest.raises(ValueError):
