@@ -154,7 +154,8 @@ class ClearinghouseConfig:
 
 
 class NoJobCanRun(RuntimeError):
-    """The cluster can never run some jobs (their scale factor exceeds its GPUs)."""
+    """A replay cannot finish: some jobs can never run (wider than the cluster, or never
+    scheduled by the policy); the message names them."""
 
 
 class Clearinghouse(Actor):
@@ -176,6 +177,8 @@ class Clearinghouse(Actor):
 
     #: seconds to wait for the predictor's answer (None: no limit; simulation)
     predict_timeout_s: float | None = None
+    #: rounds in a row that place no job before a replay gives up (:meth:`_round_started`)
+    max_idle_rounds: int = 100
     #: level of the per-round ``round_started`` log line (an operator reads it live; a replay
     #: of thousands of rounds keeps it out of the way)
     round_log_level: str = "debug"
@@ -226,6 +229,7 @@ class Clearinghouse(Actor):
         self._next_job_id = 0
         self._next_lease_id = 1
         self._tick_pending = False
+        self._idle_rounds = 0
 
     # -- admission ------------------------------------------------------------------------
     def initial_throughput(self, spec: JobSpec) -> float:
@@ -445,11 +449,26 @@ class Clearinghouse(Actor):
         raise exc
 
     def _round_started(self, now: float, placement: Mapping[int, tuple[int, ...]], policy_wall_s: float) -> None:
-        """After the leases of a round are out: progress, and a timer when nothing was placed."""
+        """After the leases of a round are out: progress, and a timer when nothing was placed.
+
+        On a fixed cluster nothing changes between rounds that place no job, so after
+        :attr:`max_idle_rounds` of them in a row the run stops with an error naming the waiting
+        jobs instead of advancing virtual time for ever.
+        """
         if self.on_round is not None:
             self.on_round(self.round_index, now, self.finished_jobs, self.expected_jobs)
-        if not placement:
-            self._schedule_tick(now + self.config.round_duration_s)
+        if placement:
+            self._idle_rounds = 0
+            return
+        self._idle_rounds += 1
+        if self._idle_rounds >= self.max_idle_rounds:
+            waiting = sorted(j for j, r in self.records.items() if r.active)
+            if not self.done.done():
+                self.done.set_exception(NoJobCanRun(
+                    f"the policy scheduled no job in {self._idle_rounds} rounds in a row while jobs "
+                    f"{waiting[:20]}{' ...' if len(waiting) > 20 else ''} waited; stopping"))
+            return
+        self._schedule_tick(now + self.config.round_duration_s)
 
     def _lease_issued(self, lease: Lease) -> None:
         """A lease is about to be sent (live: persisted first)."""

@@ -58,7 +58,7 @@ def print_summary(results: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Shockwave simulation", show_header=True)
+    table = Table(title=f"{results['policy']} on {Path(results['trace']).name}", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name, value in summary_rows(results):
@@ -68,8 +68,9 @@ def print_summary(results: dict) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from actors.kernel.logs import configure_logging
-    from replay.simulate import resolve_run, simulate
     from market.registry import UnknownPolicyError
+    from replay.output import prepare_out_dir
+    from replay.simulate import resolve_run, simulate
     from workloads.errors import InputError
 
     configure_logging(args.log_level)
@@ -78,6 +79,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             args.config, trace=args.trace, throughputs=args.throughputs, policy=args.policy,
             num_gpus=args.gpus, seed=args.seed,
         )
+        if args.out:
+            prepare_out_dir(args.out)
     except (InputError, UnknownPolicyError) as exc:
         return _fail(str(exc))
     progress = None

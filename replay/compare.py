@@ -435,6 +435,7 @@ def run(args: argparse.Namespace) -> int:
     """``shockwave compare``; returns the exit code (2 on bad input)."""
     from actors.kernel.logs import configure_logging
     from market.registry import UnknownPolicyError
+    from replay.output import prepare_out_dir
     from workloads.errors import InputError
 
     configure_logging(getattr(args, "log_level", "warning"))
@@ -448,6 +449,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         policies = parse_policies(args.policies)
+        if args.out:
+            prepare_out_dir(args.out)
         results, rows, wall = compare(
             policies, config=args.config, trace=args.trace, throughputs=args.throughputs,
             num_gpus=args.gpus, seed=args.seed, jobs=args.jobs, out=args.out, on_done=on_done,

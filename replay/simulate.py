@@ -143,7 +143,10 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
     """Replay ``spec``'s trace under virtual time and return the results dictionary.
 
     Raises:
-        InputError: bad trace or throughput table (file, line, field named).
+        InputError: bad trace or throughput table (file, line, field named), or a job wider than
+            the cluster (it could never run).
+        RuntimeError: the replay cannot finish (:class:`actors.clearinghouse.NoJobCanRun` names
+            the jobs that can never run), or a round could not be scheduled.
     """
     from sim_clock import run_virtual
     from workloads.throughputs import ThroughputTable
@@ -156,6 +159,15 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
     jobs = parse_trace(spec.trace, table)
     if not jobs:
         raise InputError(str(spec.trace), "the trace has no jobs")
+    too_wide = [job for job in jobs if job.scale_factor > spec.num_gpus]
+    if too_wide:
+        job, more = too_wide[0], len(too_wide) - 1
+        raise InputError(
+            str(spec.trace),
+            f"job {job.job_id} ({job.job_type}) needs {job.scale_factor} GPUs but the cluster has {spec.num_gpus}; "
+            "it could never run" + (f" ({more} more such job{'s' if more > 1 else ''})" if more else ""),
+            line=job.line, field="scale_factor",
+        )
     try:
         out = run_virtual(_run(spec, jobs, table, on_round), start=jobs[0].arrival_s)
     except BaseExceptionGroup as group:  # the actors' task group: surface the first failure
