@@ -11,8 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-from actors.kernel.logs import LOG_LEVELS
 from typing import Sequence
+
+from actors.kernel.logs import LOG_LEVELS
+from market.registry import POLICY_NAMES
 
 EXIT_BAD_INPUT = 2
 
@@ -26,7 +28,7 @@ def _simulate_parser(sub) -> None:
     p = sub.add_parser("simulate", help="replay a trace under virtual time and print the metrics")
     p.add_argument("--trace", help="trace file (default: the bundled canonical 120-job trace)")
     p.add_argument("--throughputs", help="throughput table JSON (default: from the configuration)")
-    p.add_argument("--policy", help="scheduling policy (default: from the configuration)")
+    p.add_argument("--policy", help=f"scheduling policy, one of: {', '.join(POLICY_NAMES)} (default: from the configuration)")
     p.add_argument("--config", help="TOML configuration (default: the bundled paper configuration)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: from the configuration)")
     p.add_argument("--out", help="folder for results.json and results.png")
@@ -141,10 +143,21 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+def package_version() -> str:
+    """The installed distribution's version (``pyproject.toml``), or ``unknown`` outside an install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shockwave")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
     parser = argparse.ArgumentParser(prog="shockwave", description="Shockwave GPU-cluster scheduler")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in dict.fromkeys(SUBCOMMANDS.values()):
         importlib.import_module(module).add_parser(sub)

@@ -21,6 +21,8 @@ import sys
 import time
 import uuid
 
+from market.registry import POLICY_NAMES
+
 EXIT_BAD_INPUT = 2
 
 
@@ -30,7 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--host", help="listen address (default: [live] host)")
     p.add_argument("--port", type=int, help="listen port, 0 for a free one (default: [live] port)")
     p.add_argument("--db", help="SQLite database file (default: [live] database)")
-    p.add_argument("--policy", help="scheduling policy (default: [live] policy)")
+    p.add_argument("--policy", help=f"scheduling policy, one of: {', '.join(POLICY_NAMES)} (default: [live] policy)")
     p.add_argument("--log-level", default="info", help="structlog level on stderr (default: info)")
 
 

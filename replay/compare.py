@@ -25,8 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from actors.kernel.logs import LOG_LEVELS
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from actors.kernel.logs import LOG_LEVELS
+from market.registry import POLICY_NAMES
 
 EXIT_BAD_INPUT = 2
 
@@ -424,7 +426,7 @@ def add_parser(sub) -> None:
     p.add_argument("--throughputs", help="throughput table JSON (default: from the configuration)")
     p.add_argument("--config", help="TOML configuration (default: the bundled paper configuration)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: from the configuration)")
-    p.add_argument("--policies", help=f"comma-separated policies (default: {','.join(DEFAULT_POLICIES)})")
+    p.add_argument("--policies", help=f"comma-separated policies among {', '.join(POLICY_NAMES)} (default: all)")
     p.add_argument("--out", help="folder for compare.json and the PNGs")
     p.add_argument("--jobs", type=int, help="parallel replays (default: the number of CPUs)")
     p.add_argument("--seed", type=int, help="random seed (default: from the configuration)")

@@ -65,3 +65,18 @@ def test_the_summary_table_names_the_policy_that_ran(tmp_path, capsys):
     assert code == 0
     title = out.strip().splitlines()[0]
     assert "gandiva_fair" in title and "five.trace" in title and "Shockwave simulation" not in out
+
+
+def test_version_and_policy_help(capsys):
+    from importlib.metadata import version
+
+    from market.registry import POLICY_NAMES
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"shockwave {version('shockwave')}"
+    for command in ("simulate", "serve"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+        assert all(name in text for name in POLICY_NAMES), (command, text)
