@@ -41,7 +41,7 @@ def _override(config, pairs: list[str]):
 
 def _count_binding(counter: Counter) -> None:
     """Wrap the planner's solver call: re-solve each constrained model without its constraints."""
-    import market.shockwave as sw
+    import market.shockwave.planner as sw  # plan_window looks solve_counts up there
 
     solve = sw.solve_counts
 

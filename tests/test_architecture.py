@@ -75,7 +75,6 @@ def test_every_package_has_sources() -> None:
         assert _sources(package), package
 
 
-@pytest.mark.xfail(strict=True, reason="market/shockwave.py is split on the split branch; remove on merge")
 def test_no_source_file_over_600_lines() -> None:
     long = [
         f"{path.relative_to(ROOT)}: {n} lines"

@@ -1,0 +1,117 @@
+"""The Shockwave planner: a market over a window of future rounds (SHOCKWAVE_REFERENCE.md §4.6-§4.10).
+
+Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
+
+- Each job j gets n_j in {0..F} rounds of the window. Its planned run time is
+  min(n_j L, (E_j - p_j) d̄_j), its normalised progress u_j = (p_j + planned / d̄_j) / E_j and its
+  leftover after the window max(0, R_j - planned) (§4.6).
+- Objective (maximise): sum_j P_j log(u_j) / (N F) - k max_j leftover_j, the Nash social welfare of
+  normalised progress minus k times the largest predicted leftover. ``log`` is the true log with
+  log(0) := log(1e-6) (the reference's origin), tabulated for every n; ``utility="pwl"`` uses the
+  reference's piecewise-linear interpolation over ``log_approximation_bases`` instead.
+- P_j is the fallback priority of §4.7: rho_j^lam when the projected ratio
+  rho_j = (now + R_j / s) / FTobj_j exceeds rhomax (rho_j^100 when also R_j < L), else 1, with
+  s = min(1, G/N). Unlike the reference, P_j is applied in every path (a job that is already late
+  keeps its priority even when the other jobs' fairness constraints are feasible) and it is capped
+  at ``priority_cap`` to keep the MILP well scaled (the reference reaches 1e17, §9.11).
+
+Finish-time-fairness constraint (our choice; the reference's is infeasible at every re-plan, §11):
+
+  The reference requires T0 + max(0, R_j - planned_j)/s <= rhomax FTobj_j with T0 the *end* of the
+  window, so any job whose target lies inside the window violates it whatever it is given, and the
+  hard-constrained model never has a solution. Here the projected finish time is what the window
+  can actually change:
+    FT_j(n) = now + R_j                           if the job can finish inside the window (leftover 0),
+    FT_j(n) = now + F L + leftover_j(n) / s       otherwise,
+  and the constraint FT_j(n_j) <= rhomax FTobj_j forbids every n below the smallest n_min_j that
+  meets it. Which jobs carry it (``fairness``):
+  - ``"window"`` (default): every job whose bound rhomax FTobj_j falls inside the window and that can
+    still meet it (now + R_j <= bound). It must get every round it needs (n_min_j = ceil(R_j / L)),
+    and the packing places those rounds by its deadline round D_j (its last round must end by the
+    bound, earliest deadline first). This is the part of finish-time fairness a 20-round window can
+    guarantee. On the canonical trace 79 of 137 re-plans impose it (11 jobs on average) and at 69 of
+    them it binds: the unconstrained optimum gives 746 job-instances fewer rounds than they need
+    (``benchmarks/bench_shockwave_replay.py --binding`` re-solves without it to count this).
+  - ``"projected"``: also every job whose bound lies beyond the window and is attainable, through
+    its leftover run at the fair share s after the window. Stricter (it makes the market a fair-share
+    scheduler for most jobs); on the canonical trace it costs 6 % avg JCT and doubles the unfair
+    fraction (measured: 23,213 s / 10,554 s / worst rho 1.26 / 10 % unfair vs 23,947 s / 9,489 s /
+    1.12 / 3.3 % with ``"window"``).
+  Jobs for which the constraint is not attainable (already late) carry none but the priority P_j.
+  When the constraints cannot all hold together (a numpy capacity pre-check or the solver proves
+  it), the re-plan takes the reference's fallback: drop them, keep the P_j-weighted utilities, and
+  the packing gives high priority jobs the earliest rounds.
+
+Packing (``packing``): the objective depends only on the counts, so *when* a job runs inside the
+window is free. ``"contiguous"`` (default, :func:`pack_contiguous`) builds the rounds in order and
+keeps running jobs running (each restart costs a checkpoint and a resume: 20 s of a 120 s round in
+the emulation, §3.4), except that a waiting job with a higher priority displaces a running one when
+its projected rho exceeds the running job's by more than a factor 1 + ``preempt_margin`` (default
+0.5; with 90-99 % of the canonical trace's jobs "late" at every re-plan, pure priority order
+re-sorts the late jobs each round and restarts ~1,200 times; the margin halves that). Measured on
+the canonical trace (makespan s / avg JCT s / worst rho / unfair %, ``fairness="window"``):
+margin 0: 24,647 / 9,971 / 1.22 / 6.7; 0.2: 24,207 / 9,800 / 1.10 / 3.3; 0.4: 23,489 / 9,688 /
+1.20 / 4.2; 0.5 and 0.75: 23,947 / 9,489 / 1.12 / 3.3; 1.0: 23,727 / 9,478 / 1.16 / 4.2; 1e6 (a
+running job is never displaced before its count is used up): 23,888 / 9,572 / 1.16 / 3.3;
+``packing="urgency"``: 24,627 / 10,099 / 1.24 / 5.0 (1,376 restarts against 683 at margin 0.5).
+``"urgency"`` (:func:`pack_counts`) ignores restarts.
+
+Formulations:
+- ``round_count`` (default): binaries y[j, n] (one-hot over n, one matrix variable), leftover
+  epigraph z, and per width class c the capacity sum_{j: w_j >= c} w_j n_j <= F cap_c, where
+  cap_c = c floor(G/c) when every width >= c is a multiple of c, else G, and for jobs wider than G/2
+  (which cannot share a round with each other, nor with a job j when w_j + w_k > G)
+  n_j + sum_k n_k <= F. These are necessary conditions of a per-round packing; for widths that
+  divide each other and G (1, 2, 4, 8 GPUs) they are also sufficient in the cases tested against the
+  time-indexed model.
+  The counts are then packed into rounds (:func:`pack_counts`, wide jobs first, urgent jobs
+  earliest). When that heuristic cannot place every count, the exact rank MILP of the reference
+  (§4.7 step 4) packs them; when no packing exists, the time-indexed model of the same path is
+  solved instead. Only if that fails too are the unplaced job-rounds dropped (logged, counted in
+  ``stats["packing_shortfall"]``); the plan's objective is always re-evaluated from the counts
+  actually placed, and work conservation fills the GPUs.
+- ``time_indexed``: the reference's x[j, t] model with per-round capacity, linked to the same one-hot
+  utility table; kept to cross-check the optimum.
+
+Numerics: leftover in kiloseconds, the objective multiplied by N F, every utility shifted to 0 at
+n = 0, everything scaled down when a coefficient exceeds 1e7, cost coefficients below 1e-6 set to
+0 (HiGHS would drop them from its bound anyway). Every plan is re-checked in numpy
+(capacity in every round; objective recomputed). Deterministic in simulation (one thread, fixed
+seed, node limit); a time budget in live mode. Any solver failure gives a greedy plan (logged with the
+reason), never an exception.
+
+Work conservation (§4.9): after planning, idle GPUs of each round go to unselected jobs, longest
+predicted remaining time first, when they fit.
+"""
+
+from __future__ import annotations
+
+from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
+from market.shockwave.milp import SolverFailure, rank_milp, solve_counts
+from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
+from market.shockwave.planner import WindowPlan, plan_window
+from market.shockwave.policy import ShockwavePolicy
+from market.shockwave.tables import PlanInput, PlanJob, Tables, evaluate_counts, tabulate, width_classes
+
+__all__ = [
+    "LOG_ORIGIN",
+    "NEAR_DONE_POWER",
+    "PlanInput",
+    "PlanJob",
+    "ShockwaveConfig",
+    "ShockwavePolicy",
+    "SolverFailure",
+    "Tables",
+    "WindowPlan",
+    "evaluate_counts",
+    "greedy_counts",
+    "pack_contiguous",
+    "pack_counts",
+    "plan_window",
+    "rank_milp",
+    "solve_counts",
+    "tabulate",
+    "urgency_order",
+    "width_classes",
+    "work_conserve",
+]

@@ -1,0 +1,106 @@
+"""Shockwave's knobs (§4.11) and the constants of its utility."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+LOG_ORIGIN = 1e-6  # log(0) := log(1e-6), the reference's logapx_origin
+NEAR_DONE_POWER = 100.0  # exponent for nearly finished late jobs (reference priority_M)
+
+
+@dataclass(frozen=True, slots=True)
+class ShockwaveConfig:
+    """Shockwave hyper-parameters (reference: scheduler/configurations/*.json, §4.11).
+
+    k: weight of the largest predicted leftover (per second of leftover).
+    lam: exponent of the fairness priority rho^lam.
+    rhomax: allowed ratio to the fair-share finish-time target.
+    future_rounds: F, window length in rounds.
+    reopt_rounds: periodic re-plan interval in rounds (reference: 8).
+    log_approximation_bases: break points of the reference's piecewise-linear log (``utility="pwl"``).
+    utility: "log" (true log, default) or "pwl" (the reference's interpolation).
+    formulation: "round_count" (default) or "time_indexed".
+    solver: "auto", "HIGHS" or "SCIP".
+    rel_gap: relative MIP gap.
+    node_limit: branch-and-bound node limit (deterministic limit; both modes).
+    time_limit_s: wall-clock solver budget, used only when ``live`` is true.
+    threads: solver threads (1 for determinism).
+    seed: solver random seed.
+    live: live mode (adds the time budget).
+    priority_cap: upper bound of the priority P_j.
+    packing: "contiguous" (default, :func:`pack_contiguous`: jobs keep running, few restarts) or
+        "urgency" (:func:`pack_counts`: urgent jobs earliest, no regard for restarts).
+    fairness: which jobs carry the finish-time-fairness constraint: "window" (default, jobs whose
+        target rhomax FTobj falls inside the window must finish by it) or "projected" (also every
+        job whose target lies beyond the window, through its leftover run at the fair share).
+    preempt_margin: delta; in the contiguous packing a waiting job displaces a running one only
+        when its projected rho exceeds the running job's by more than a factor 1 + delta
+        (log-priority credit lam log(1 + delta) for continuing jobs).
+    """
+
+    k: float = 1e-3
+    lam: float = 12.0
+    rhomax: float = 1.0
+    future_rounds: int = 20
+    reopt_rounds: int = 8
+    log_approximation_bases: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    utility: str = "log"
+    formulation: str = "round_count"
+    solver: str = "auto"
+    rel_gap: float = 1e-3
+    node_limit: int | None = 5000
+    time_limit_s: float | None = 5.0
+    threads: int = 1
+    seed: int = 0
+    live: bool = False
+    priority_cap: float = 1e6
+    packing: str = "contiguous"
+    fairness: str = "window"
+    preempt_margin: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.formulation not in ("round_count", "time_indexed"):
+            raise ValueError(f"formulation must be 'round_count' or 'time_indexed', got {self.formulation!r}")
+        if self.fairness not in ("window", "projected"):
+            raise ValueError(f"fairness must be 'window' or 'projected', got {self.fairness!r}")
+        if self.preempt_margin < 0:
+            raise ValueError(f"preempt_margin must be >= 0, got {self.preempt_margin}")
+        if self.packing not in ("contiguous", "urgency"):
+            raise ValueError(f"packing must be 'contiguous' or 'urgency', got {self.packing!r}")
+        if self.utility not in ("log", "pwl"):
+            raise ValueError(f"utility must be 'log' or 'pwl', got {self.utility!r}")
+        if self.future_rounds < 1 or self.reopt_rounds < 1:
+            raise ValueError("future_rounds and reopt_rounds must be >= 1")
+        if self.k < 0 or self.lam < 0 or self.rhomax <= 0:
+            raise ValueError("k and lam must be >= 0 and rhomax > 0")
+        b = self.log_approximation_bases
+        if len(b) < 2 or b[0] != 0.0 or b[-1] != 1.0 or any(x >= y for x, y in zip(b, b[1:])):
+            raise ValueError("log_approximation_bases must increase strictly from 0.0 to 1.0")
+
+    @classmethod
+    def from_reference(cls, cfg: Mapping[str, Any], **overrides: Any) -> "ShockwaveConfig":
+        """Map a reference JSON configuration (tacc_32gpus.json, scale_256gpus.json) to a config.
+
+        Keys read: k, lambda, rhomax, future_rounds, log_approximation_bases, solver_rel_gap,
+        solver_timeout (becomes ``time_limit_s``). ``gpu_ram`` and ``solver_num_threads`` are ignored
+        (unused by the reference / one thread for determinism). ``overrides`` win.
+        """
+        kwargs: dict[str, Any] = {}
+        if "k" in cfg:
+            kwargs["k"] = float(cfg["k"])
+        if "lambda" in cfg:
+            kwargs["lam"] = float(cfg["lambda"])
+        if "rhomax" in cfg:
+            kwargs["rhomax"] = float(cfg["rhomax"])
+        if "future_rounds" in cfg:
+            kwargs["future_rounds"] = int(cfg["future_rounds"])
+        if "log_approximation_bases" in cfg:
+            kwargs["log_approximation_bases"] = tuple(float(x) for x in cfg["log_approximation_bases"])
+        if "solver_rel_gap" in cfg:
+            kwargs["rel_gap"] = float(cfg["solver_rel_gap"])
+        if "solver_timeout" in cfg:
+            kwargs["time_limit_s"] = float(cfg["solver_timeout"])
+        kwargs.update(overrides)
+        return cls(**kwargs)

@@ -1,0 +1,168 @@
+"""The planning MILPs on cvxpy (HiGHS or SCIP): round counts under capacity and fairness (§4.6, §4.8), and the rank MILP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import structlog
+
+from market.shockwave.config import ShockwaveConfig
+from market.shockwave.tables import Tables, width_classes
+
+
+log = structlog.get_logger()
+
+
+def _solver_and_options(config: ShockwaveConfig) -> tuple[str, dict[str, Any]]:
+    """The MILP solver and its options: deterministic limits, plus the time budget in live mode."""
+    from market.solver import choose_solver, solver_options
+
+    solver = choose_solver(config.solver)
+    return solver, solver_options(
+        solver,
+        rel_gap=config.rel_gap,
+        node_limit=config.node_limit,
+        time_limit_s=config.time_limit_s if config.live else None,
+        threads=config.threads,
+        seed=config.seed,
+    )
+
+
+def rank_milp(
+    counts: np.ndarray, width: np.ndarray, order: np.ndarray, num_gpus: int, config: ShockwaveConfig
+) -> np.ndarray | None:
+    """Exact packing of given counts, urgent jobs earliest (the reference's rank MILP, §4.7 step 4).
+
+    Minimises sum_j u_j / n_j sum_t t x[j, t] with u_j = N - rank_j (urgency) subject to
+    sum_t x[j, t] = n_j and per-round capacity. Returns x (N, F) bool, or None when infeasible or the
+    solver fails.
+    """
+    import cvxpy as cp
+
+    N, F = len(counts), config.future_rounds
+    active = np.flatnonzero(counts > 0)
+    out = np.zeros((N, F), dtype=bool)
+    if active.size == 0:
+        return out
+    rank = np.empty(N, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(N)
+    weight = (N - rank[active]) / counts[active]
+    cost = weight[:, None] * np.arange(F)[None, :] / max(N * F, 1)
+    x = cp.Variable((active.size, F), boolean=True)
+    cons = [cp.sum(x, axis=1) == counts[active].astype(np.float64), width[active].astype(np.float64) @ x <= num_gpus]
+    problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(cost, x))), cons)
+    solver, opts = _solver_and_options(config)
+    try:
+        problem.solve(solver=solver, **opts)
+    except Exception as err:  # noqa: BLE001
+        log.warning("shockwave_rank_milp_failed", reason=f"{type(err).__name__}: {err}")
+        return None
+    if x.value is None:
+        return None
+    xv = np.rint(np.asarray(x.value)).astype(bool)
+    if not (xv.sum(axis=1) == counts[active]).all() or np.any(width[active] @ xv > num_gpus):
+        return None
+    out[active] = xv
+    return out
+
+
+# ---------------------------------------------------------------------------------- MILP models
+class SolverFailure(RuntimeError):
+    """The solver returned no usable solution (the message says why)."""
+
+
+def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(a, left_ks, b, scale): maximise scale * (sum a*y - b z) with z >= leftover in ks.
+
+    a = N F-scaled objective units: a[j, n] = P_j (U_j(n) - U_j(0)); b = k * 1000 * N F.
+    """
+    N, F = len(tables.ids), config.future_rounds
+    a = tables.utility - tables.utility[:, :1]
+    left_ks = tables.leftover / 1000.0
+    b = config.k * 1000.0 * N * F
+    biggest = max(float(np.abs(a).max(initial=0.0)), b, 1e-12)
+    scale = min(1.0, 1e7 / biggest) if biggest > 1e7 else 1.0
+    a = a * scale
+    a[np.abs(a) < 1e-6] = 0.0
+    left_ks = np.where(left_ks < 1e-6, 0.0, left_ks)
+    return a, left_ks, b * scale, scale
+
+
+def solve_counts(
+    tables: Tables, *, num_gpus: int, config: ShockwaveConfig, with_fairness: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Solve the MILP for the round counts (and, for ``time_indexed``, the per-round x).
+
+    Returns:
+        (counts (N,), x (N, F) bool or None).
+
+    Raises:
+        SolverFailure: infeasible, no solution, or a solver error (message gives the status).
+    """
+    import cvxpy as cp
+
+    import scipy.sparse as sp
+
+    N, F = len(tables.ids), config.future_rounds
+    a, left_ks, b, _ = _coefficients(tables, config)
+    nvec = np.arange(F + 1)
+    allowed = nvec[None, :] <= tables.n_max[:, None]
+    if with_fairness:
+        allowed &= nvec[None, :] >= tables.n_min[:, None]
+    # One binary per allowed (job, n) pair: y_k = 1 iff job jk gets nk rounds.
+    jk, nk = np.nonzero(allowed)
+    K = len(jk)
+    cols = np.arange(K)
+    onehot = sp.csr_matrix((np.ones(K), (jk, cols)), shape=(N, K))
+    count_of = sp.csr_matrix((nk.astype(np.float64), (jk, cols)), shape=(N, K))  # counts = count_of @ y
+    lk = left_ks[jk, nk]
+    rows = np.flatnonzero(np.bincount(jk[lk > 0], minlength=N))  # jobs with some leftover
+    y = cp.Variable(K, boolean=True)
+    z = cp.Variable(nonneg=True)
+    cons = [onehot @ y == 1]
+    if rows.size:
+        sel = np.isin(jk, rows) & (lk > 0)
+        row_of = np.searchsorted(rows, jk[sel])
+        left_mat = sp.csr_matrix((lk[sel], (row_of, cols[sel])), shape=(rows.size, K))
+        cons.append(left_mat @ y <= z)
+    x = None
+    w = tables.width.astype(np.float64)
+    if config.formulation == "round_count":
+        classes = width_classes(tables.width, num_gpus)
+        M = np.array([(tables.width[jk] >= c) * w[jk] * nk for c, _ in classes], dtype=np.float64)
+        caps = np.array([F * cap for _, cap in classes])
+        cons.append(sp.csr_matrix(M) @ y <= caps)
+        # Jobs wider than G/2 never share a round with each other, nor with a job j when
+        # w_j + w_k > G: n_j + sum of such n_k <= F (binds only on small clusters).
+        big = tables.width * 2 > num_gpus
+        if big.sum() > 1:
+            cons.append(sp.csr_matrix((big[jk] * nk).astype(np.float64)[None, :]) @ y <= F)
+        conflict = (tables.width[:, None] + tables.width[None, :] > num_gpus) & big[None, :]
+        np.fill_diagonal(conflict, False)
+        lonely = np.flatnonzero(conflict.any(axis=1))
+        if lonely.size:
+            C = conflict[lonely].astype(np.float64)  # (J, N)
+            C[np.arange(lonely.size), lonely] = 1.0
+            rows_c = sp.csr_matrix(C) @ count_of  # (J, K): n_j + sum_k C n_k
+            cons.append(rows_c @ y <= F)
+    else:
+        x = cp.Variable((N, F), boolean=True)
+        cons += [cp.sum(x, axis=1) == count_of @ y, w @ x <= num_gpus]
+    a = a[jk, nk]
+    problem = cp.Problem(cp.Maximize(a @ y - b * z), cons)
+    solver, opts = _solver_and_options(config)
+    try:
+        problem.solve(solver=solver, **opts)
+    except Exception as err:  # noqa: BLE001 - any solver error becomes a logged fallback
+        raise SolverFailure(f"{solver} raised {type(err).__name__}: {err}") from err
+    if problem.status in ("infeasible", "infeasible_inaccurate"):
+        raise SolverFailure(f"{solver}: infeasible")
+    if y.value is None:
+        raise SolverFailure(f"{solver}: no solution (status {problem.status})")
+    yv = np.rint(np.asarray(y.value))
+    if not np.allclose(onehot @ yv, 1.0):
+        raise SolverFailure(f"{solver}: one-hot violated (status {problem.status})")
+    counts = np.rint(count_of @ yv).astype(np.int64)
+    xv = None if x is None else np.rint(np.asarray(x.value)).astype(bool)
+    return counts, xv

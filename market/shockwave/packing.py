@@ -1,0 +1,226 @@
+"""From round counts to per-round job lists: urgency order, packing, work conservation, the greedy fallback (§4.7, §4.9)."""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from market.shockwave.tables import Tables, width_classes
+
+
+# ---------------------------------------------------------------------------------- packing
+def urgency_order(tables: Tables) -> np.ndarray:
+    """Job indices, most urgent first: higher priority, then less fairness slack, then wider."""
+    return np.lexsort((-tables.width, tables.slack, -tables.priority))
+
+
+def pack_counts(
+    counts: np.ndarray,
+    width: np.ndarray,
+    order: np.ndarray,
+    num_gpus: int,
+    future_rounds: int,
+    early_rounds: int | None = None,
+) -> tuple[np.ndarray, int]:
+    """Place n_j rounds per job into F rounds without exceeding G GPUs in any round.
+
+    1. Feasibility (wide jobs first): jobs in decreasing width, then decreasing n_j, each take the
+       n_j rounds with the most free GPUs (earliest on ties); with widths that divide each other and
+       G every round's free capacity stays a multiple of the width being placed. If that leaves
+       job-rounds unplaced, the same with decreasing n_j first (Havel-Hakimi order).
+    2. Priority (higher priority earlier): for each job in ``order``, an absent early round t and a
+       later present round t' are exchanged with a less urgent job of the same width that is present
+       in t and absent in t' (capacity and counts unchanged), until the job's rounds are the earliest
+       possible or ``early_rounds`` (default F) is reached.
+
+    Job-rounds that cannot be placed are dropped and counted.
+
+    Args:
+        counts: (N,) rounds per job, each in 0..F.
+        width: (N,) GPUs per job.
+        order: (N,) job indices, most urgent first.
+        num_gpus: G.
+        future_rounds: F.
+        early_rounds: only rounds before this index are improved in step 2.
+
+    Returns:
+        (x, shortfall): x of shape (N, F), bool, x[j, t] = job j runs in round t; shortfall is the
+        number of job-rounds dropped.
+    """
+    N, F, G = len(counts), future_rounds, num_gpus
+    counts = np.minimum(np.asarray(counts, dtype=np.int64), F)
+    x = np.zeros((N, F), dtype=bool)
+    free = np.full(F, G, dtype=np.int64)
+    rank = np.empty(N, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(N)
+    shortfall = 0
+    for placement in (np.lexsort((rank, -counts, -width)), np.lexsort((rank, -width, -counts))):
+        x[:] = False
+        free[:] = G
+        shortfall = 0
+        for j in placement:
+            n = int(counts[j])
+            if n <= 0:
+                continue
+            fits = np.flatnonzero(free >= width[j])
+            take = fits[np.lexsort((fits, -free[fits]))][:n]
+            shortfall += n - len(take)
+            x[j, take] = True
+            free[take] -= width[j]
+        if shortfall == 0:
+            break
+    limit = F if early_rounds is None else min(F, early_rounds)
+    for j in order:
+        if counts[j] <= 0 or counts[j] >= F:
+            continue
+        same = (width == width[j]) & (rank > rank[j])
+        if not same.any():
+            continue
+        for t in range(limit):
+            if x[j, t]:
+                continue
+            later = np.flatnonzero(x[j, t + 1:]) + t + 1
+            if later.size == 0:
+                break
+            # candidates k present in t and absent in some later round t' where j is present
+            cand = same & x[:, t]
+            if not cand.any():
+                continue
+            ks = np.flatnonzero(cand)
+            ok = ~x[np.ix_(ks, later)]  # (K, T')
+            if not ok.any():
+                continue
+            # least urgent k, latest t'
+            ki, ti = max(zip(*np.nonzero(ok)), key=lambda kt: (rank[ks[kt[0]]], later[kt[1]]))
+            k, t2 = ks[ki], later[ti]
+            x[j, t], x[j, t2], x[k, t], x[k, t2] = True, False, False, True
+    return x, shortfall
+
+
+def pack_contiguous(
+    counts: np.ndarray,
+    width: np.ndarray,
+    order: np.ndarray,
+    running: np.ndarray,
+    num_gpus: int,
+    future_rounds: int,
+    priority: np.ndarray | None = None,
+    stay_bonus: float = 0.0,
+    deadline: np.ndarray | None = None,
+) -> tuple[np.ndarray, int]:
+    """Place n_j rounds per job into F rounds, few preemptions first (restart-aware packing).
+
+    The market's objective depends only on the counts, so the packing is free to choose *when*
+    inside the window each job runs. This one builds the rounds one after the other and prefers to
+    keep a job running: a job that ran in the previous round (``running`` for round 0) keeps its
+    GPUs while it has rounds left, so each job tends to run in one contiguous block and a re-plan
+    does not preempt the jobs of the round just ended. Each restart costs a checkpoint and a resume
+    (20 s of a 120 s round in the paper's emulation, SHOCKWAVE_REFERENCE.md §3.4).
+
+    Round t (R = F - t rounds left, c_j rounds still to place, D_j the job's deadline round):
+    1. jobs with c_j >= D_j - t must run now (earliest deadline first);
+    2. per width class (widest first) enough GPU-rounds of jobs at least that wide are placed now
+       that the rest still fits the class capacity of the later rounds:
+       sum_{w_j >= c} w_j c_j <= (R - 1) cap_c (cap_c as in :func:`width_classes`);
+    3. the round is filled: continuing jobs first, then the others, each group in ``order``.
+    Within steps 2 and 3 candidates go by (log P_j + ``stay_bonus`` if continuing, highest first;
+    then continuing first; then ``order``).
+
+    Args:
+        counts: (N,) rounds per job, each in 0..F.
+        width: (N,) GPUs per job.
+        order: (N,) job indices, most urgent first.
+        running: (N,) bool, the job ran in the round just before the window.
+        num_gpus: G.
+        future_rounds: F.
+        priority: (N,) P_j (default all 1). Candidates go by log P_j + ``stay_bonus`` x
+            [the job is continuing], highest first.
+        stay_bonus: log-priority credit of a continuing job: a waiting job displaces a running one
+            only when its log-priority is higher by more than this (0: pure priority order).
+        deadline: (N,) rounds (1..F) by whose end the job's rounds must be placed (its
+            finish-time-fairness deadline inside the window); default F for every job.
+
+    Returns:
+        (x, shortfall) as :func:`pack_counts`; shortfall > 0 means this heuristic failed to place
+        every count (the caller then uses :func:`pack_counts`).
+    """
+    N, F, G = len(counts), future_rounds, num_gpus
+    c = np.minimum(np.asarray(counts, dtype=np.int64), F).copy()
+    width = np.asarray(width, dtype=np.int64)
+    x = np.zeros((N, F), dtype=bool)
+    rank = np.empty(N, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(N)
+    classes = width_classes(width, G) if N else []
+    prev = np.asarray(running, dtype=bool).copy()
+    log_prio = np.log(np.maximum(np.ones(N) if priority is None else np.asarray(priority, dtype=np.float64), 1e-300))
+    due = np.full(N, F, dtype=np.int64) if deadline is None else np.clip(np.asarray(deadline, dtype=np.int64), 1, F)
+    for t in range(F):
+        left = F - t
+        free = G
+        here = np.zeros(N, dtype=bool)
+        # candidates: continuing jobs first, then by urgency
+        cand = np.lexsort((rank, ~prev, -(log_prio + stay_bonus * prev)))
+        cand = cand[c[cand] > 0]
+
+        def place(j: int) -> bool:
+            nonlocal free
+            if here[j] or c[j] <= 0 or width[j] > free:
+                return False
+            here[j] = True
+            free -= int(width[j])
+            return True
+
+        tight = cand[c[cand] >= due[cand] - t]
+        for j in tight[np.lexsort((-width[tight], due[tight]))]:
+            place(j)
+        for cls, cap in reversed(classes):
+            need = int((width * c)[width >= cls].sum() - (left - 1) * cap)
+            need -= int((width * here)[width >= cls].sum())
+            if need <= 0:
+                continue
+            for j in cand:
+                if need <= 0:
+                    break
+                if width[j] >= cls and place(j):
+                    need -= int(width[j])
+        for j in cand:
+            if free <= 0:
+                break
+            place(j)
+        x[:, t] = here
+        c[here] -= 1
+        prev = here
+    shortfall = int(c.sum())
+    return x, shortfall
+
+
+def work_conserve(x: np.ndarray, width: np.ndarray, remaining_s: np.ndarray, num_gpus: int) -> np.ndarray:
+    """Fill idle GPUs of each round with unselected jobs, longest predicted remaining first (§4.9)."""
+    x = x.copy()
+    by_remaining = np.argsort(-remaining_s, kind="stable")
+    for t in range(x.shape[1]):
+        idle = num_gpus - int(width[x[:, t]].sum())
+        if idle <= 0:
+            continue
+        for j in by_remaining:
+            if not x[j, t] and width[j] <= idle:
+                x[j, t] = True
+                idle -= width[j]
+                if idle == 0:
+                    break
+    return x
+
+
+def greedy_counts(tables: Tables, num_gpus: int, future_rounds: int) -> np.ndarray:
+    """Greedy plan counts: rounds handed out round by round in urgency order up to each n_max."""
+    order = urgency_order(tables)
+    need = tables.n_max.copy()
+    counts = np.zeros_like(need)
+    for _ in range(future_rounds):
+        free = num_gpus
+        for j in order:
+            if need[j] > 0 and tables.width[j] <= free:
+                free -= tables.width[j]
+                need[j] -= 1
+                counts[j] += 1
+    return counts

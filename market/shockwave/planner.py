@@ -1,0 +1,174 @@
+"""One re-plan of the window: tables, the MILP (or its fallbacks), packing (§4.6–§4.9)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import structlog
+
+from market.shockwave.config import ShockwaveConfig
+from market.shockwave.tables import evaluate_counts, PlanJob, tabulate, width_classes
+from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
+from market.shockwave.milp import rank_milp, solve_counts, SolverFailure
+
+
+log = structlog.get_logger()
+
+
+@dataclass(slots=True)
+class WindowPlan:
+    """A plan for rounds ``start_round .. start_round + F - 1``.
+
+    rounds: F lists of job ids (work conservation included).
+    counts: job id -> rounds of the window the market gave it (before work conservation).
+    path: "constrained" (fairness constraints held), "fallback" (dropped) or "greedy" (no solver
+        solution).
+    objective: sum_j P_j U_j(n_j) / (N F) - k max_j leftover_j(n_j) of ``counts``, recomputed in numpy.
+    solve_s: wall seconds spent in solver calls (model building included).
+    reason: why the path was taken (empty for "constrained").
+    shortfall: job-rounds the packing could not place.
+    priorities: job id -> P_j.
+    constrained_jobs: jobs that carried a finish-time-fairness constraint in this re-plan's model
+        (0 on the fallback and greedy paths).
+    """
+
+    start_round: int
+    rounds: list[list[int]]
+    counts: dict[int, int]
+    path: str
+    objective: float
+    solve_s: float
+    reason: str = ""
+    shortfall: int = 0
+    priorities: dict[int, float] = field(default_factory=dict)
+    constrained_jobs: int = 0
+
+
+# ---------------------------------------------------------------------------------- plan_window
+def plan_window(
+    jobs: Sequence[PlanJob],
+    *,
+    num_gpus: int,
+    round_index: int,
+    now_s: float,
+    round_duration_s: float,
+    config: ShockwaveConfig,
+    running: Sequence[int] = (),
+) -> WindowPlan:
+    """Plan the next F rounds for the active ``jobs`` (pure; SHOCKWAVE_REFERENCE.md §4.6-§4.9).
+
+    Args:
+        jobs: active jobs (e.g. ``predictor.Prediction``), in a stable order (arrival order).
+        num_gpus: G, usable GPUs (> 0).
+        round_index: absolute index of the first round of the window.
+        now_s: its start time, seconds.
+        round_duration_s: L, seconds.
+        config: :class:`ShockwaveConfig`.
+        running: ids of the jobs that ran in the round just before the window (restart-aware
+            packing keeps them running).
+
+    Returns:
+        A :class:`WindowPlan` whose every round uses at most G GPUs. Never raises on solver
+        failure (greedy plan, logged).
+
+    Raises:
+        ValueError: num_gpus <= 0 or round_duration_s <= 0.
+    """
+    if num_gpus <= 0 or round_duration_s <= 0:
+        raise ValueError("num_gpus and round_duration_s must be > 0")
+    F = config.future_rounds
+    if not jobs:
+        return WindowPlan(round_index, [[] for _ in range(F)], {}, "constrained", 0.0, 0.0)
+    tables = tabulate(jobs, num_gpus=num_gpus, now_s=now_s, round_duration_s=round_duration_s, config=config)
+    N = len(tables.ids)
+    order = urgency_order(tables)
+    t0 = time.perf_counter()
+    path, reason, x = "constrained", "", None
+    counts: np.ndarray | None = None
+    if tables.constrained.any():
+        demand = tables.width * tables.n_min
+        fits = all(
+            demand[tables.width >= c].sum() <= F * cap for c, cap in width_classes(tables.width, num_gpus)
+        )
+        if fits:
+            try:
+                counts, x = solve_counts(tables, num_gpus=num_gpus, config=config, with_fairness=True)
+            except SolverFailure as err:
+                path, reason = "fallback", f"fairness constraints: {err}"
+        else:
+            path, reason = "fallback", "fairness constraints exceed capacity"
+    if counts is None:
+        try:
+            counts, x = solve_counts(tables, num_gpus=num_gpus, config=config, with_fairness=False)
+        except Exception as err:  # noqa: BLE001 - a round must never fail
+            path, reason = "greedy", f"{reason + '; ' if reason else ''}solver: {err}"
+            log.warning("shockwave_greedy_plan", round_index=round_index, reason=reason, jobs=N)
+            counts, x = greedy_counts(tables, num_gpus, F), None
+    solve_s = time.perf_counter() - t0
+    counts = np.minimum(counts, F)
+    shortfall = 0
+    if x is None or x.shape != (N, F) or np.any(tables.width @ x > num_gpus):
+        if config.packing == "contiguous":
+            ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
+            x, shortfall = pack_contiguous(
+                counts,
+                tables.width,
+                order,
+                ran,
+                num_gpus,
+                F,
+                priority=tables.priority,
+                stay_bonus=config.lam * math.log1p(config.preempt_margin),
+                deadline=tables.deadline if path == "constrained" else None,
+            )
+        else:
+            shortfall = 1
+        if shortfall:
+            x, shortfall = pack_counts(counts, tables.width, order, num_gpus, F, config.reopt_rounds)
+        if shortfall and path != "greedy":
+            exact = rank_milp(counts, tables.width, order, num_gpus, config)
+            if exact is not None:
+                x, shortfall = exact, 0
+        if shortfall and path != "greedy" and config.formulation == "round_count":
+            # The counts admit no packing: solve the time-indexed model of the same path.
+            try:
+                ti = ShockwaveConfig(**{**_config_dict(config), "formulation": "time_indexed"})
+                counts, x = solve_counts(tables, num_gpus=num_gpus, config=ti, with_fairness=path == "constrained")
+                shortfall = 0
+            except SolverFailure as err:
+                log.warning("shockwave_time_indexed_failed", round_index=round_index, reason=str(err))
+        if shortfall:
+            log.warning("shockwave_packing_shortfall", round_index=round_index, dropped=shortfall, path=path)
+        solve_s = time.perf_counter() - t0
+    placed = x.sum(axis=1).astype(np.int64)
+    objective = evaluate_counts(tables, placed, config)
+    full = work_conserve(x, tables.width, tables.remaining, num_gpus)
+    usage = tables.width @ full
+    if np.any(usage > num_gpus):  # cannot happen by construction; never hand out an over-full round
+        raise AssertionError(f"plan exceeds capacity: {usage.max()} > {num_gpus}")
+    ids = tables.ids
+    rounds = [[ids[j] for j in np.flatnonzero(full[:, t])] for t in range(F)]
+    if path != "constrained":
+        log.info(
+            "shockwave_replan", round_index=round_index, path=path, reason=reason, jobs=N, solve_s=round(solve_s, 4)
+        )
+    return WindowPlan(
+        start_round=round_index,
+        rounds=rounds,
+        counts={ids[j]: int(placed[j]) for j in range(N)},
+        path=path,
+        objective=objective,
+        solve_s=solve_s,
+        reason=reason,
+        shortfall=shortfall,
+        priorities={ids[j]: float(tables.priority[j]) for j in range(N)},
+        constrained_jobs=int(tables.constrained.sum()) if path == "constrained" else 0,
+    )
+
+
+def _config_dict(config: ShockwaveConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in ShockwaveConfig.__dataclass_fields__}

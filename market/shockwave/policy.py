@@ -1,0 +1,127 @@
+"""The Shockwave round policy: re-plan triggers and the cached plan (§4.10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from market.base import RoundContext
+from market.shockwave.config import ShockwaveConfig
+from market.shockwave.tables import PlanInput, PlanJob
+from market.shockwave.planner import plan_window, WindowPlan
+
+
+# ---------------------------------------------------------------------------------- the policy
+class ShockwavePolicy:
+    """Round policy: re-plans the window when needed and serves the cached plan (§4.10).
+
+    Re-plans on an arrival, a completion, a batch-size change, a GPU loss (or any change of G),
+    every ``reopt_rounds`` rounds, when the round is outside the cached plan, and when the set of
+    active jobs differs from the plan's. The jobs it selected for the previous round are passed to
+    the planner as running (restart-aware packing). ``ctx.predictions`` maps job id -> ``predictor.Prediction``;
+    a job without one is planned from its JobView (remaining steps / throughput, fair share now).
+
+    Attributes:
+        stats: {"constrained", "fallback", "greedy": re-plans per path; "replans"; "solve_s": list of
+            seconds per re-plan; "packing_shortfall": job-rounds dropped; "fairness_replans":
+            re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
+            constraints summed over re-plans; "objective": list}.
+        plan: the cached :class:`WindowPlan` (or None).
+    """
+
+    name = "shockwave"
+
+    def __init__(self, config: ShockwaveConfig | None = None) -> None:
+        self.config = config or ShockwaveConfig()
+        self.plan: WindowPlan | None = None
+        self._plan_jobs: frozenset[int] = frozenset()
+        self._plan_gpus = 0
+        self._last_selected: list[int] = []
+        self.stats: dict[str, Any] = {
+            "replans": 0,
+            "constrained": 0,
+            "fallback": 0,
+            "greedy": 0,
+            "packing_shortfall": 0,
+            "fairness_replans": 0,
+            "fairness_jobs": 0,
+            "solve_s": [],
+            "objective": [],
+        }
+
+    def _needs_replan(self, ctx: RoundContext) -> bool:
+        plan = self.plan
+        if plan is None:
+            return True
+        offset = ctx.round_index - plan.start_round
+        return bool(
+            ctx.arrived
+            or ctx.completed
+            or ctx.batch_size_changed
+            or ctx.lost_gpus > 0
+            or ctx.num_gpus != self._plan_gpus
+            or offset < 0
+            or offset >= len(plan.rounds)
+            or offset >= self.config.reopt_rounds
+            or frozenset(ctx.jobs) != self._plan_jobs
+        )
+
+    def _inputs(self, ctx: RoundContext) -> list[PlanJob]:
+        share = min(1.0, ctx.num_gpus / max(len(ctx.jobs), 1))
+        out: list[PlanJob] = []
+        for job_id, view in ctx.jobs.items():
+            pred = ctx.predictions.get(job_id)
+            if pred is not None:
+                out.append(pred)  # type: ignore[arg-type]
+                continue
+            thr = view.throughput if view.throughput > 0 else 1.0
+            remaining = view.remaining_steps / thr
+            out.append(
+                PlanInput(
+                    job_id=job_id,
+                    scale_factor=view.scale_factor,
+                    num_epochs=max(1, view.total_steps),
+                    epochs_done=min(view.steps_done, max(1, view.total_steps)),
+                    remaining_s=remaining,
+                    mean_epoch_s=1.0 / thr,
+                    target_finish_s=max(ctx.now_s + remaining / share, 1e-9),
+                )
+            )
+        return out
+
+    def select(self, ctx: RoundContext) -> list[int]:
+        """Job ids to run in round ``ctx.round_index``; their scale factors sum to <= ctx.num_gpus."""
+        if not ctx.jobs:
+            self.plan = None
+            self._plan_jobs = frozenset()
+            self._last_selected = []
+            return []
+        if self._needs_replan(ctx):
+            self.plan = plan_window(
+                self._inputs(ctx),
+                num_gpus=ctx.num_gpus,
+                round_index=ctx.round_index,
+                now_s=ctx.now_s,
+                round_duration_s=ctx.round_duration_s,
+                config=self.config,
+                running=self._last_selected,
+            )
+            self._plan_jobs = frozenset(ctx.jobs)
+            self._plan_gpus = ctx.num_gpus
+            st = self.stats
+            st["replans"] += 1
+            st[self.plan.path] += 1
+            st["packing_shortfall"] += self.plan.shortfall
+            st["fairness_replans"] += int(self.plan.constrained_jobs > 0)
+            st["fairness_jobs"] += self.plan.constrained_jobs
+            st["solve_s"].append(self.plan.solve_s)
+            st["objective"].append(self.plan.objective)
+        assert self.plan is not None
+        chosen = self.plan.rounds[ctx.round_index - self.plan.start_round]
+        out, used = [], 0
+        for job_id in chosen:
+            view = ctx.jobs.get(job_id)
+            if view is not None and used + view.scale_factor <= ctx.num_gpus:
+                out.append(job_id)
+                used += view.scale_factor
+        self._last_selected = out
+        return out

@@ -1,0 +1,145 @@
+"""The planner's per-job tables: what it reads per job, utilities, priorities and fairness bounds (§4.5, §4.6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
+
+
+class PlanJob(Protocol):
+    """What the planner reads per job (``predictor.Prediction`` satisfies it). Seconds."""
+
+    job_id: int
+    scale_factor: int
+    num_epochs: int
+    epochs_done: int
+    remaining_s: float
+    mean_epoch_s: float
+    target_finish_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInput:
+    """A plain :class:`PlanJob` (field order as the protocol): used when the predictor has no
+    prediction for a job, and by tests and benchmarks."""
+
+    job_id: int
+    scale_factor: int
+    num_epochs: int
+    epochs_done: int
+    remaining_s: float
+    mean_epoch_s: float
+    target_finish_s: float
+
+
+# ---------------------------------------------------------------------------------- tabulation
+@dataclass(slots=True)
+class Tables:
+    """Per-job arrays of one window (N jobs, n = 0..F). Seconds unless noted."""
+
+    ids: list[int]
+    width: np.ndarray  # (N,) int
+    utility: np.ndarray  # (N, F+1) P_j * U_j(n)
+    leftover: np.ndarray  # (N, F+1) seconds
+    n_max: np.ndarray  # (N,) largest useful n
+    n_min: np.ndarray  # (N,) smallest n meeting the fairness constraint (0 if unconstrained)
+    constrained: np.ndarray  # (N,) bool: fairness constraint attainable and imposed
+    priority: np.ndarray  # (N,) P_j
+    rho: np.ndarray  # (N,) projected ratio
+    slack: np.ndarray  # (N,) rhomax FTobj - now - R, seconds
+    remaining: np.ndarray  # (N,) R
+    deadline: np.ndarray  # (N,) rounds 1..F by whose end a constrained job's rounds must be placed
+
+
+def _utility_of_progress(u: np.ndarray, config: ShockwaveConfig) -> np.ndarray:
+    if config.utility == "log":
+        return np.log(np.maximum(u, LOG_ORIGIN))
+    bases = np.asarray(config.log_approximation_bases, dtype=np.float64)
+    values = np.log(np.maximum(bases, LOG_ORIGIN))
+    return np.interp(np.clip(u, 0.0, 1.0), bases, values)
+
+
+def tabulate(
+    jobs: Sequence[PlanJob], *, num_gpus: int, now_s: float, round_duration_s: float, config: ShockwaveConfig
+) -> Tables:
+    """Tabulate utility, leftover and fairness bounds for every job and n = 0..F (§4.6, §4.7)."""
+    F, L = config.future_rounds, float(round_duration_s)
+    N = len(jobs)
+    width = np.array([max(1, int(j.scale_factor)) for j in jobs], dtype=np.int64)
+    E = np.array([max(1, int(j.num_epochs)) for j in jobs], dtype=np.float64)
+    p = np.array([min(max(0, int(j.epochs_done)), int(j.num_epochs)) for j in jobs], dtype=np.float64)
+    R = np.array([max(0.0, float(j.remaining_s)) for j in jobs], dtype=np.float64)
+    dbar = np.array([max(1e-9, float(j.mean_epoch_s)) for j in jobs], dtype=np.float64)
+    target = np.array([max(1e-9, float(j.target_finish_s)) for j in jobs], dtype=np.float64)
+    n = np.arange(F + 1, dtype=np.float64)
+    cap_run = (E - p) * dbar  # run seconds until the last epoch
+    planned = np.minimum(n[None, :] * L, cap_run[:, None])  # (N, F+1)
+    u = (p[:, None] + planned / dbar[:, None]) / E[:, None]
+    leftover = np.maximum(0.0, R[:, None] - planned)
+    n_max = np.minimum(F, np.ceil(np.maximum(cap_run, R) / L - 1e-9)).astype(np.int64)
+    n_max = np.where(width > num_gpus, 0, np.maximum(n_max, 0))
+
+    share = min(1.0, num_gpus / max(N, 1))
+    rho = (now_s + R / share) / target
+    priority = np.ones(N)
+    late = rho > config.rhomax
+    priority[late] = rho[late] ** config.lam
+    near_done = late & (R < L)
+    priority[near_done] = rho[near_done] ** NEAR_DONE_POWER
+    priority = np.minimum(priority, config.priority_cap)
+    utility = priority[:, None] * _utility_of_progress(u, config)
+
+    # Fairness: FT(n) = now + R if leftover(n) == 0 else now + F L + leftover(n) / share.
+    bound = config.rhomax * target
+    finish = np.where(leftover <= 1e-9, now_s + R[:, None], now_s + F * L + leftover / share)
+    ok = finish <= bound[:, None]
+    attainable = ok[np.arange(N), n_max] if N else np.zeros(0, dtype=bool)
+    if config.fairness == "window":
+        attainable &= bound < now_s + F * L
+    first_ok = np.where(ok.any(axis=1), ok.argmax(axis=1), F + 1)
+    n_min = np.where(attainable, np.minimum(first_ok, n_max), 0).astype(np.int64)
+    slack = bound - now_s - R
+    # Deadline round: the job's last round t must end its run by the bound,
+    # now + t L + (R - (n_min - 1) L) <= bound, so its rounds fit in rounds 0..D-1.
+    last_run = R - np.maximum(n_min - 1, 0) * L
+    deadline = np.floor((bound - now_s - last_run) / L + 1e-9).astype(np.int64) + 1
+    finishing = attainable & (leftover[np.arange(N), n_min] <= 1e-9) if N else np.zeros(0, dtype=bool)
+    deadline = np.where(finishing, np.clip(deadline, n_min, F), F)
+    return Tables(
+        ids=[int(j.job_id) for j in jobs],
+        width=width,
+        utility=utility,
+        leftover=leftover,
+        n_max=n_max,
+        n_min=n_min,
+        constrained=attainable & (n_min > 0),
+        priority=priority,
+        rho=rho,
+        slack=slack,
+        remaining=R,
+        deadline=deadline,
+    )
+
+
+def width_classes(width: np.ndarray, num_gpus: int) -> list[tuple[int, float]]:
+    """(c, cap_c) for every distinct width c: per-round capacity usable by jobs of width >= c."""
+    out = []
+    for c in sorted(set(int(w) for w in width)):
+        wide = width[width >= c]
+        cap = c * (num_gpus // c) if np.all(wide % c == 0) else num_gpus
+        out.append((c, float(cap)))
+    return out
+
+
+def evaluate_counts(tables: Tables, counts: np.ndarray, config: ShockwaveConfig) -> float:
+    """sum_j P_j U_j(n_j) / (N F) - k max_j leftover_j(n_j) (seconds) for counts n (shape (N,))."""
+    N = len(tables.ids)
+    if N == 0:
+        return 0.0
+    rows = np.arange(N)
+    welfare = tables.utility[rows, counts].sum() / (N * config.future_rounds)
+    return float(welfare - config.k * tables.leftover[rows, counts].max())
