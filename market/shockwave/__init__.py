@@ -91,12 +91,11 @@ from market.shockwave.milp import SolverFailure, rank_milp, solve_counts
 from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
 from market.shockwave.planner import WindowPlan, plan_window
 from market.shockwave.policy import ShockwavePolicy
-from market.shockwave.tables import PlanInput, PlanJob, Tables, evaluate_counts, tabulate, width_classes
+from market.shockwave.tables import PlanJob, Tables, evaluate_counts, tabulate, width_classes
 
 __all__ = [
     "LOG_ORIGIN",
     "NEAR_DONE_POWER",
-    "PlanInput",
     "PlanJob",
     "ShockwaveConfig",
     "ShockwavePolicy",

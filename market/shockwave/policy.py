@@ -6,7 +6,8 @@ from typing import Any
 
 from market.base import RoundContext
 from market.shockwave.config import ShockwaveConfig
-from market.shockwave.tables import PlanInput, PlanJob
+from market.shockwave.tables import PlanJob
+from predictor.predictor import Prediction
 from market.shockwave.planner import plan_window, WindowPlan
 
 
@@ -75,15 +76,20 @@ class ShockwavePolicy:
                 continue
             thr = view.throughput if view.throughput > 0 else 1.0
             remaining = view.remaining_steps / thr
+            target = max(ctx.now_s + remaining / share, 1e-9)
             out.append(
-                PlanInput(
+                Prediction(
                     job_id=job_id,
                     scale_factor=view.scale_factor,
+                    submit_s=view.arrival_s,
                     num_epochs=max(1, view.total_steps),
                     epochs_done=min(view.steps_done, max(1, view.total_steps)),
                     remaining_s=remaining,
                     mean_epoch_s=1.0 / thr,
-                    target_finish_s=max(ctx.now_s + remaining / share, 1e-9),
+                    elapsed_epochs_s=view.run_time_s,
+                    fair_share_finish_s=target,
+                    target_finish_s=target,
+                    batch_size=view.batch_size,
                 )
             )
         return out

@@ -22,20 +22,6 @@ class PlanJob(Protocol):
     target_finish_s: float
 
 
-@dataclass(frozen=True, slots=True)
-class PlanInput:
-    """A plain :class:`PlanJob` (field order as the protocol): used when the predictor has no
-    prediction for a job, and by tests and benchmarks."""
-
-    job_id: int
-    scale_factor: int
-    num_epochs: int
-    epochs_done: int
-    remaining_s: float
-    mean_epoch_s: float
-    target_finish_s: float
-
-
 # ---------------------------------------------------------------------------------- tabulation
 @dataclass(slots=True)
 class Tables:
