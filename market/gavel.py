@@ -23,8 +23,8 @@ At each round boundary:
 5. Jobs sorted by (priority, deficit, x), descending, stable in arrival order, are taken
    greedily while their gang fits; a job that does not fit is skipped.
 6. A chosen job without an allocation (it arrived after the last reset) still holds its
-   GPUs but is not run: those GPUs idle for the round (``idle_unallocated_jobs``; §3.6 quirk,
-   ≈115 idle GPU-rounds on the canonical trace). With the knob off, such jobs are skipped and
+   GPUs but is not run: those GPUs idle for the round (``idle_unallocated_jobs``; §3.6 quirk).
+   With the knob off, such jobs are skipped and
    their GPUs go to the next jobs in the order.
 
 Pure: no asyncio, no I/O.

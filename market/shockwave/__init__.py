@@ -29,14 +29,12 @@ Finish-time-fairness constraint (our choice; the reference's is infeasible at ev
     still meet it (now + R_j <= bound). It must get every round it needs (n_min_j = ceil(R_j / L)),
     and the packing places those rounds by its deadline round D_j (its last round must end by the
     bound, earliest deadline first). This is the part of finish-time fairness a 20-round window can
-    guarantee. On the canonical trace 79 of 137 re-plans impose it (11 jobs on average) and at 69 of
-    them it binds: the unconstrained optimum gives 746 job-instances fewer rounds than they need
-    (``benchmarks/bench_shockwave_replay.py --binding`` re-solves without it to count this).
+    guarantee. ``benchmarks/bench_shockwave_replay.py --binding`` counts the re-plans that impose
+    it and those at which it binds (the unconstrained optimum would give those jobs fewer rounds).
   - ``"projected"``: also every job whose bound lies beyond the window and is attainable, through
     its leftover run at the fair share s after the window. Stricter (it makes the market a fair-share
-    scheduler for most jobs); on the canonical trace it costs 6 % avg JCT and doubles the unfair
-    fraction (measured: 23,213 s / 10,554 s / worst rho 1.26 / 10 % unfair vs 23,947 s / 9,489 s /
-    1.12 / 3.3 % with ``"window"``).
+    scheduler for most jobs), at a cost in average JCT (``benchmarks/bench_shockwave_replay.py
+    --set fairness=projected`` measures it).
   Jobs for which the constraint is not attainable (already late) carry none but the priority P_j.
   When the constraints cannot all hold together (a numpy capacity pre-check or the solver proves
   it), the re-plan takes the reference's fallback: drop them, keep the P_j-weighted utilities, and
@@ -47,13 +45,9 @@ window is free. ``"contiguous"`` (default, :func:`pack_contiguous`) builds the r
 keeps running jobs running (each restart costs a checkpoint and a resume: 20 s of a 120 s round in
 the emulation, §3.4), except that a waiting job with a higher priority displaces a running one when
 its projected rho exceeds the running job's by more than a factor 1 + ``preempt_margin`` (default
-0.5; with 90-99 % of the canonical trace's jobs "late" at every re-plan, pure priority order
-re-sorts the late jobs each round and restarts ~1,200 times; the margin halves that). Measured on
-the canonical trace (makespan s / avg JCT s / worst rho / unfair %, ``fairness="window"``):
-margin 0: 24,647 / 9,971 / 1.22 / 6.7; 0.2: 24,207 / 9,800 / 1.10 / 3.3; 0.4: 23,489 / 9,688 /
-1.20 / 4.2; 0.5 and 0.75: 23,947 / 9,489 / 1.12 / 3.3; 1.0: 23,727 / 9,478 / 1.16 / 4.2; 1e6 (a
-running job is never displaced before its count is used up): 23,888 / 9,572 / 1.16 / 3.3;
-``packing="urgency"``: 24,627 / 10,099 / 1.24 / 5.0 (1,376 restarts against 683 at margin 0.5).
+0.5). When most jobs are late, pure priority order re-sorts them every round and restarts many
+of them; the margin trades those restarts against priority order
+(``benchmarks/bench_shockwave_replay.py --set preempt_margin=...`` measures each setting).
 ``"urgency"`` (:func:`pack_counts`) ignores restarts.
 
 Formulations:
