@@ -1,4 +1,4 @@
-"""GPU actors: run leases on a back end and report what they did (ARCHITECTURE.md step 5).
+"""GPU actors: run leases on a back end and report what they did (docs/architecture.md "One round, as data flows").
 
 In simulation there is one actor per GPU and a gang's lease goes to its lead GPU (the first id
 of the placement); the back end is :class:`gpu_runtime.emulated.EmulatedBackend`.

@@ -4,7 +4,7 @@ A job actor receives its lease reports, keeps steps, batch size, run time and co
 tells the clearinghouse (and the predictor, when there is one) with :class:`JobProgress`,
 published on the bus topic :data:`PROGRESS_TOPIC`.
 
-Rules (SHOCKWAVE_REFERENCE.md §2.4, §3.5):
+Rules (docs/reference.md §2.4, §3.5):
 
 * steps run are added; the job completes when no step is left, or — the reference's
   "deadline" — when its cumulative run time exceeds ``int(completion_cap_factor × isolated

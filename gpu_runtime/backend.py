@@ -11,7 +11,7 @@ bus. The GPU actor (``actors/gpu.py``) adapts the bus messages to them (``Lease`
 meaning, so the adaptation adds or drops only the envelope.
 
 Units everywhere: seconds on the clock the lease was granted on (virtual in simulation, Unix
-seconds live), steps (job steps: optimizer iterations of the whole gang, SHOCKWAVE_REFERENCE.md
+seconds live), steps (job steps: optimizer iterations of the whole gang, docs/reference.md
 §8.4), steps/s of the whole gang, GPUs (cluster-wide ids).
 """
 

@@ -2,7 +2,7 @@
 
 A lease of round length L on a job with throughput T steps/s (whole gang) runs
 ``min(int(T · L), remaining)`` steps and releases the gang after ``steps / T`` seconds
-(SHOCKWAVE_REFERENCE.md §3.1 step 7). Restart overhead (§3.4): when the job did not run in the
+(docs/reference.md §3.1 step 7). Restart overhead (§3.4): when the job did not run in the
 previous round and the lease ran essentially the whole round (execution > L − slack), the
 lease is charged ``restart_overhead_s``: steps × (exec − overhead)/exec, exec − overhead. The
 gang is still held until the original finish time.

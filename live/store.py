@@ -1,4 +1,4 @@
-"""Durable clearinghouse state in an embedded SQLite database (WAL) — ARCHITECTURE.md "Live runtime".
+"""Durable clearinghouse state in an embedded SQLite database (WAL) — docs/architecture.md "Live runtime".
 
 Owned by the ``serve`` process (one writer: the clearinghouse actor). Tables:
 

@@ -1,6 +1,6 @@
 """Gavel's round mechanism: a fractional allocation turned into per-round job choices.
 
-SHOCKWAVE_REFERENCE.md §3.6 (reference ``Scheduler._update_priorities``,
+docs/reference.md §3.6 (reference ``Scheduler._update_priorities``,
 ``_reset_time_run_so_far`` and ``_schedule_jobs_on_workers_helper``). Every baseline policy
 runs through it; Shockwave does not.
 

@@ -1,4 +1,4 @@
-"""The field's metrics of a finished run (SHOCKWAVE_REFERENCE.md §6). Pure functions.
+"""The field's metrics of a finished run (docs/reference.md §6). Pure functions.
 
 * makespan: time of the last completion, t = 0 at the first arrival;
 * JCT_j = finish_j - arrival_j; average JCT = arithmetic mean;

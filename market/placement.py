@@ -1,4 +1,4 @@
-"""Gang placement of the jobs chosen for a round onto GPUs (SHOCKWAVE_REFERENCE.md §3.3).
+"""Gang placement of the jobs chosen for a round onto GPUs (docs/reference.md §3.3).
 
 Pure: no asyncio, no I/O.
 """

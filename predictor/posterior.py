@@ -1,6 +1,6 @@
 """Pure formulas of the Shockwave predictor (numpy only, no state).
 
-Sources: SHOCKWAVE_REFERENCE.md §4.3 (epoch-duration calibration), §4.4 (Dirichlet posterior of
+Sources: docs/reference.md §4.3 (epoch-duration calibration), §4.4 (Dirichlet posterior of
 the remaining runtime), §4.5 (fair-share finish time and its momentum average); reference files
 ``scheduler/JobMetaData.py`` and ``scheduler/shockwave.py`` of uw-mad-dash/shockwave.
 """
@@ -39,7 +39,7 @@ def dirichlet_remaining_runtime(
     modes: Sequence[int],
     epoch_s_by_batch_size: Mapping[int, float],
 ) -> float:
-    """Posterior-mean remaining runtime R over batch-size regimes (SHOCKWAVE_REFERENCE.md §4.4).
+    """Posterior-mean remaining runtime R over batch-size regimes (docs/reference.md §4.4).
 
     Args:
         num_epochs: E, total epochs of the job (> 0).
@@ -128,7 +128,7 @@ def calibration_factor(
 
 
 def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momentum: float = 0.9) -> float:
-    """Fair-share finish-time target FTobj from its estimate series (SHOCKWAVE_REFERENCE.md §4.5).
+    """Fair-share finish-time target FTobj from its estimate series (docs/reference.md §4.5).
 
     Args:
         series: (round index, finish-time estimate in seconds) pairs in append order, non-empty.

@@ -5,7 +5,7 @@ PredictorActor wraps it): ``add_job`` on arrival, ``observe_progress`` after eve
 ``observe_batch_size_change`` on every batch-size change, ``remove_job`` on completion. ``predict``
 returns one :class:`Prediction` per active job, everything the Shockwave planner needs.
 
-Formulas: SHOCKWAVE_REFERENCE.md §4.3 (calibration), §4.4 (posterior), §4.5 (fair-share target),
+Formulas: docs/reference.md §4.3 (calibration), §4.4 (posterior), §4.5 (fair-share target),
 §4.6 (mean epoch duration d̄). Pure numpy, no asyncio, no I/O.
 
 Two sources of batch-size regimes:

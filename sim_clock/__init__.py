@@ -1,4 +1,4 @@
-"""Virtual and wall-clock time for the actor system (ARCHITECTURE.md "Time").
+"""Virtual and wall-clock time for the actor system (docs/architecture.md "Time").
 
 Public API:
 

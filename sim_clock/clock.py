@@ -1,4 +1,4 @@
-"""The clock every actor reads time through (ARCHITECTURE.md "Time").
+"""The clock every actor reads time through (docs/architecture.md "Time").
 
 Two implementations of the :class:`Clock` protocol:
 

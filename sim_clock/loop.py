@@ -1,4 +1,4 @@
-"""A selector event loop whose time is virtual (ARCHITECTURE.md "Time").
+"""A selector event loop whose time is virtual (docs/architecture.md "Time").
 
 How it works (written and tested against CPython 3.11)
 ------------------------------------------------------

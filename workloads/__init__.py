@@ -1,4 +1,4 @@
-"""Workload model shared by the emulator, the predictor and the metrics (SHOCKWAVE_REFERENCE.md §1-§2).
+"""Workload model shared by the emulator, the predictor and the metrics (docs/reference.md §1-§2).
 
 - :mod:`workloads.models`: dataset sizes, batch-size caps, job-type strings.
 - :mod:`workloads.throughputs`: oracle throughput tables (``ThroughputTable``).

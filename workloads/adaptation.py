@@ -1,6 +1,6 @@
 """Dynamic batch-size adaptation: GNS and Accordion, as profiles and as online simulator rules.
 
-Source: SHOCKWAVE_REFERENCE.md §2 and Appendix B; reference ``scheduler/utils.py``
+Source: docs/reference.md §2 and Appendix B; reference ``scheduler/utils.py``
 (``get_gns_bs_pattern``, ``get_accordion_bs_pattern``) and ``scheduler/scheduler.py``
 (``_simulate_gns``, ``_simulate_accordion``, ``_get_num_epochs``, ``_scale_bs_and_iters``).
 
@@ -115,7 +115,7 @@ class WorkloadConfig:
 
     accordion_profile_head_fraction: the profiled Accordion schedule keeps the initial batch size
         for every epoch up to this fraction of the job (the reference's 0.3). The online rule never
-        applies it (SHOCKWAVE_REFERENCE.md §2.2), so the profile — Shockwave's predictor input and
+        applies it (docs/reference.md §2.2), so the profile — Shockwave's predictor input and
         the ρ denominator — and the simulated jobs disagree; 0.0 makes the profile follow the
         online rule's regimes.
     progress_rounding: how progress converts at a batch-size change (§2.4): "ceil" credits a

@@ -1,6 +1,6 @@
 """Per-model constants of the Shockwave workload model: dataset sizes, batch-size caps, job table.
 
-Source: SHOCKWAVE_REFERENCE.md §1.2 (job table), §1.3 (samples per epoch) and §2.1 (caps);
+Source: docs/reference.md §1.2 (job table), §1.3 (samples per epoch) and §2.1 (caps);
 reference files ``scheduler/utils.py`` (``dataset_len``, ``model_dataset_mapping``),
 ``scheduler/scheduler.py`` (``dataset_size_dict``, ``max_bs_dict``) and ``scheduler/job_table.py``.
 

@@ -1,6 +1,6 @@
 """Per-job profile: epochs, planned batch size and isolated duration of every epoch.
 
-Source: SHOCKWAVE_REFERENCE.md §1.5; reference ``scheduler/utils.py`` ``generate_pickle_file``
+Source: docs/reference.md §1.5; reference ``scheduler/utils.py`` ``generate_pickle_file``
 and ``get_metric(..., "duration")``.
 
 The profile is the only information Shockwave's predictor has about a job's future, and the sum

@@ -1,6 +1,6 @@
 """Oracle throughput tables (Gavel / Shockwave JSON files).
 
-Source: SHOCKWAVE_REFERENCE.md §1.4; reference ``scheduler/utils.py``
+Source: docs/reference.md §1.4; reference ``scheduler/utils.py``
 (``read_all_throughputs_json_v2``, ``parse_job_type_tuple``) and Appendix A.
 
 File structure: ``{worker_type: {job_key: {other_key_or_"null": value}}}`` where ``job_key`` is the

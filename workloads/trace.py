@@ -1,6 +1,6 @@
 """Trace files: one job per line, 12 tab-separated fields (Gavel/Shockwave format).
 
-Source: SHOCKWAVE_REFERENCE.md §1.1; reference ``scheduler/utils.py`` ``parse_trace``.
+Source: docs/reference.md §1.1; reference ``scheduler/utils.py`` ``parse_trace``.
 
 | # | name | parsed as |
 |---|---|---|

@@ -1,6 +1,6 @@
 """The actor base: a mailbox, typed handlers, a structlog logger bound to the actor.
 
-An actor owns its state; the only way to change it is a message (STYLE.md, "Erlang/OTP").
+An actor owns its state; the only way to change it is a message (as in Erlang/OTP).
 Handlers are methods decorated with :func:`handles`; the run loop takes one message at a
 time from the mailbox and awaits its handler, so handlers never interleave. A handler may
 ``await self.request(...)``: replies bypass the mailbox (see :mod:`actors.kernel.bus`).

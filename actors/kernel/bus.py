@@ -3,7 +3,7 @@
 A :class:`Bus` routes :mod:`actors.kernel.messages` between actors by address. Every message is
 encoded to MessagePack bytes on send and decoded (validated) on delivery, whatever the
 transport, so a simulation runs the same wire format as a live cluster
-(ARCHITECTURE.md "Bus and messages").
+(docs/architecture.md "Bus and messages").
 
 * ``send(msg)`` stamps the envelope (``src`` must be set by the caller, ``msg_id``,
   ``sent_at``) and hands the bytes to the transport. It never blocks.

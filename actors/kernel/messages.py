@@ -1,7 +1,7 @@
 """Every message the actors exchange, as msgspec Structs in one tagged union.
 
 On the wire a message is a MessagePack map whose ``type`` field names the struct
-(ARCHITECTURE.md "Bus and messages"); third-party clients can use plain ``msgpack``.
+(docs/architecture.md "Bus and messages"); third-party clients can use plain ``msgpack``.
 :func:`encode` / :func:`decode` are the only codec: the in-process transport runs every
 message through them too, so a simulation exercises the live wire format.
 
@@ -140,7 +140,7 @@ class JobProgress(Message, tag="job_progress"):
 
 class PredictorAddJob(Message, tag="predictor_add_job"):
     """Clearinghouse -> predictor: start tracking a job (``profile``: its
-    :class:`workloads.profile.JobProfile`, SHOCKWAVE_REFERENCE.md §1.5; None for live jobs)."""
+    :class:`workloads.profile.JobProfile`, docs/reference.md §1.5; None for live jobs)."""
 
     job_id: int
     submit_s: float
@@ -171,7 +171,7 @@ class PredictRequest(Message, tag="predict_request"):
 
 class PredictReply(Message, tag="predict_reply"):
     """Predictor -> clearinghouse: one :class:`predictor.Prediction` per tracked job
-    (SHOCKWAVE_REFERENCE.md §4.4–§4.6)."""
+    (docs/reference.md §4.4–§4.6)."""
 
     predictions: list[Prediction]
 

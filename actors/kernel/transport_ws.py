@@ -1,6 +1,6 @@
 """The live transport: one binary WebSocket per process to a hub in the clearinghouse process.
 
-ARCHITECTURE.md "Bus and messages". Both ends plug into :class:`actors.kernel.bus.Bus` through the
+docs/architecture.md "Bus and messages". Both ends plug into :class:`actors.kernel.bus.Bus` through the
 ``Transport`` protocol (``owns(address)``, ``forward(dst, data)``):
 
 * :class:`HubTransport` runs inside ``serve`` as the aiohttp route ``GET /v1/bus``. A peer

@@ -32,7 +32,7 @@ them, or writes the same fields as JSON to the file named by
 ``SHOCKWAVE_GPU_IDS``          comma-separated GPU ids of the lease (empty: CPU)
 =============================  ==========================================================
 
-Step accounting (as in the reference, SHOCKWAVE_REFERENCE.md §8.4): the batch
+Step accounting (as in the reference, docs/reference.md §8.4): the batch
 size is *per rank*; each rank runs the same number of optimizer steps; one
 optimizer step of a gang of ``world_size`` ranks advances the job by
 ``world_size`` *job steps* (so ``max_steps = ceil(remaining / scale factor)``).

@@ -21,7 +21,7 @@ def rescale_total_steps(total_steps: int, job_steps: int, old_batch_size: int, n
 
     ``job_steps + ceil((total_steps - job_steps) * old / new)``: the remaining
     work is the same number of samples (hence epochs, as the reference keeps
-    the epoch count, SHOCKWAVE_REFERENCE.md §2.4) at the new batch size.
+    the epoch count, docs/reference.md §2.4) at the new batch size.
     """
     remaining = max(0, total_steps - job_steps)
     return job_steps + -(-remaining * old_batch_size // new_batch_size)

@@ -15,7 +15,7 @@ size; its squared norm averaged over ranks) and ``G_big`` the all-reduced one
 (``B_big = world_size * B_small``).  A single process splits its batch into
 micro-batches instead (:func:`backward_with_microbatches`).  The policy
 doubles the per-rank batch size when ``B_simple`` exceeds the current global
-batch size, up to a cap (SHOCKWAVE_REFERENCE.md §2.3: a GNS batch size strictly
+batch size, up to a cap (docs/reference.md §2.3: a GNS batch size strictly
 doubles, one step per change, capped at the model max).
 
 Accordion (Agarwal et al., "Adaptive Gradient Communication via Critical
@@ -25,7 +25,7 @@ the epoch's step count (so epochs at different batch sizes, hence with
 different step counts, compare fairly), has norm ``n_e``; epoch ``e`` is *critical* when ``|n_{e-1} - n_e| / n_{e-1} >= eta``
 (``eta = 0.5``), and the first epoch is critical.  Inside a critical regime the
 job uses its small (original) batch size, outside it the large one (the model
-max; SHOCKWAVE_REFERENCE.md §2.2).
+max; docs/reference.md §2.2).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class GNSController:
 
     Args:
         batch_size: current per-rank batch size.
-        max_batch_size: per-rank cap (the model max of SHOCKWAVE_REFERENCE.md §2.1).
+        max_batch_size: per-rank cap (the model max of docs/reference.md §2.1).
         world_size: ranks in the gang (global batch = ``world_size * batch_size``).
         ema_decay: smoothing of :class:`GradientNoiseScale`.
         min_updates: measurements needed since the start or the last change

@@ -2,7 +2,7 @@
 
 No downloads: each dataset is generated in memory from a seed by a fixed
 random "teacher", so it is learnable and deterministic.  Batch-size caps follow
-SHOCKWAVE_REFERENCE.md §2.1 (ResNet-18 16..256, LM 5..80, Recommendation
+docs/reference.md §2.1 (ResNet-18 16..256, LM 5..80, Recommendation
 512..8192).
 
 =================  =======================================================  ============

@@ -1,6 +1,6 @@
 """AlloX baseline (``allox``, alpha = 0.2), as evaluated in Shockwave.
 
-Source: SHOCKWAVE_REFERENCE.md §5, reference file ``scheduler/policies/allox.py``
+Source: docs/reference.md §5, reference file ``scheduler/policies/allox.py``
 (``AlloXPolicy``, ``get_policy("allox")`` sets alpha = 0.2).
 
 AlloX is a non-preemptive min-sum-JCT matching: jobs are placed in per-worker queues so that

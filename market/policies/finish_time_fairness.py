@@ -1,6 +1,6 @@
 """Themis finish-time fairness baseline (``finish_time_fairness``), as evaluated in Shockwave.
 
-Source: SHOCKWAVE_REFERENCE.md §5, reference files ``scheduler/policies/finish_time_fairness.py``
+Source: docs/reference.md §5, reference files ``scheduler/policies/finish_time_fairness.py``
 (``FinishTimeFairnessPolicy`` → ``FinishTimeFairnessPolicyWithPerf``) and
 ``scheduler/policies/isolated.py`` (``IsolatedPolicy``). The reference forces Gurobi; this
 module solves the same min-max problem exactly without a solver.

@@ -1,6 +1,6 @@
 """Gandiva-Fair (proportional share) baseline, as evaluated in Shockwave.
 
-Source: SHOCKWAVE_REFERENCE.md §5 (``gandiva_fair``), reference file
+Source: docs/reference.md §5 (``gandiva_fair``), reference file
 ``scheduler/policies/gandiva_fair_proportional.py`` (``GandivProportionalPolicy``).
 """
 

@@ -1,4 +1,4 @@
-"""Gavel's max-min fairness (SHOCKWAVE_REFERENCE.md §5; Gavel ``MaxMinFairnessPolicy``).
+"""Gavel's max-min fairness (docs/reference.md §5; Gavel ``MaxMinFairnessPolicy``).
 
 With every throughput replaced by 1 (the reference's ``MaxMinFairnessPolicy`` wrapper) and one
 worker type, the linear program is::

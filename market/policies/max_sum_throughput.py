@@ -1,6 +1,6 @@
 """Max-sum-throughput (MST) baseline, as evaluated in Shockwave.
 
-Source: SHOCKWAVE_REFERENCE.md §5 (``max_sum_throughput_perf``), reference file
+Source: docs/reference.md §5 (``max_sum_throughput_perf``), reference file
 ``scheduler/policies/max_sum_throughput.py`` (``ThroughputSumWithPerf`` →
 ``ThroughputNormalizedByCostSumWithPerfSLOs`` with no costs and no SLOs, ECOS via cvxpy).
 

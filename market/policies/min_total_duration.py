@@ -1,6 +1,6 @@
 """OSSP / min-makespan baseline (``min_total_duration``), as evaluated in Shockwave.
 
-Source: SHOCKWAVE_REFERENCE.md §5, reference file ``scheduler/policies/min_total_duration.py``
+Source: docs/reference.md §5, reference file ``scheduler/policies/min_total_duration.py``
 (``MinTotalDurationPolicy`` → ``MinTotalDurationPolicyWithPerf``, ECOS via cvxpy).
 
 The reference binary-searches the smallest horizon T (seconds) for which some allocation

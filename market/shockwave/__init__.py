@@ -1,4 +1,4 @@
-"""The Shockwave planner: a market over a window of future rounds (SHOCKWAVE_REFERENCE.md §4.6-§4.10).
+"""The Shockwave planner: a market over a window of future rounds (docs/reference.md §4.6-§4.10).
 
 Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
 

@@ -115,7 +115,7 @@ def pack_contiguous(
     keep a job running: a job that ran in the previous round (``running`` for round 0) keeps its
     GPUs while it has rounds left, so each job tends to run in one contiguous block and a re-plan
     does not preempt the jobs of the round just ended. Each restart costs a checkpoint and a resume
-    (20 s of a 120 s round in the paper's emulation, SHOCKWAVE_REFERENCE.md §3.4).
+    (20 s of a 120 s round in the paper's emulation, docs/reference.md §3.4).
 
     Round t (R = F - t rounds left, c_j rounds still to place, D_j the job's deadline round):
     1. jobs with c_j >= D_j - t must run now (earliest deadline first);

@@ -59,7 +59,7 @@ def plan_window(
     config: ShockwaveConfig,
     running: Sequence[int] = (),
 ) -> WindowPlan:
-    """Plan the next F rounds for the active ``jobs`` (pure; SHOCKWAVE_REFERENCE.md §4.6-§4.9).
+    """Plan the next F rounds for the active ``jobs`` (pure; docs/reference.md §4.6-§4.9).
 
     Args:
         jobs: active jobs (e.g. ``predictor.Prediction``), in a stable order (arrival order).

@@ -1,4 +1,4 @@
-"""Model constants and job-type strings (SHOCKWAVE_REFERENCE.md §1.2, §1.3, §2.1)."""
+"""Model constants and job-type strings (docs/reference.md §1.2, §1.3, §2.1)."""
 
 import pytest
 
