@@ -2,12 +2,13 @@
 
 Each policy's replay (:func:`replay.simulate.simulate`) runs in its own worker process
 (``concurrent.futures.ProcessPoolExecutor``, at most ``--jobs`` at a time). The command prints
-one table — per policy the makespan, average JCT, worst finish-time fairness ρ, unfair fraction
-(ρ > 1.05), GPU utilisation, replay wall time and the ratio of each metric to Shockwave's — and,
-for the canonical 120-job trace on 32 GPUs, the published figure beside each of ours (the
+one table at most 120 columns wide — per policy the makespan, average JCT, worst finish-time
+fairness ρ, unfair fraction (ρ > 1.05), GPU utilisation and replay wall time — and, for the
+canonical 120-job trace on 32 GPUs, the published figure beside each of ours (the
 reference's ``simulation`` section, shipped as ``configs/data/reference_results.json``, MIT,
 see ``configs/data/LICENSE``). It writes ``DIR/compare.json`` (policy -> the dictionary that
-``shockwave simulate`` writes as ``results.json``), ``DIR/compare_metrics.png`` (bar chart,
+``shockwave simulate`` writes as ``results.json``, plus ``comparison``: ours, published, and the
+ratios of each metric to Shockwave's), ``DIR/compare_metrics.png`` (bar chart,
 ours beside published) and ``DIR/compare_rho_cdf.png`` (CDF of per-job ρ per policy).
 
 Replays are deterministic for a given seed, so a rerun writes the same numbers (wall times
@@ -176,11 +177,7 @@ def _fmt(key: str, value: float | None) -> str:
         return f"{value:.3f}"
     if key == "unfair_pct_1_05":
         return f"{value:.1f}"
-    return f"{100 * value:.1f} %"
-
-
-def _fmt_ratio(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}×"
+    return f"{100 * value:.1f}"
 
 
 #: short column headers of the table
@@ -189,51 +186,41 @@ _HEADERS = {
     "avg_jct_s": "avg JCT s",
     "worst_rho": "worst ρ",
     "unfair_pct_1_05": "unfair %",
-    "gpu_utilization": "util",
+    "gpu_utilization": "util %",
 }
 
 
+#: the widest the table may be: it must fit a 120-column terminal (ratios go to compare.json)
+TABLE_WIDTH = 120
+
+
 def print_table(rows: Sequence[Mapping[str, Any]], *, title: str, total_wall_s: float, file=None) -> None:
-    """Print the comparison table (rich). Cells read ``ours (published)`` where published exists."""
+    """Print the comparison table (rich), at most :data:`TABLE_WIDTH` columns wide. Cells read
+    ``ours (published)`` where a published figure exists; the ratios to Shockwave are in
+    ``compare.json`` (each policy's ``comparison``)."""
     from rich.console import Console
     from rich.table import Table
 
-    from market.registry import PAPER_NAMES
-
     with_pub = any(r["published"] for r in rows)
-    with_ratio = any(v is not None for r in rows for v in r["ratio"].values())
     table = Table(title=title, show_header=True)
     table.add_column("policy", no_wrap=True)
     for key, _ in METRICS:
         table.add_column(_HEADERS[key], justify="right", no_wrap=True)
     table.add_column("wall s", justify="right", no_wrap=True)
-    if with_ratio:
-        for key, _ in METRICS[:4]:
-            table.add_column(f"{_HEADERS[key].removesuffix(' s')} / SW", justify="right", no_wrap=True)
     for r in rows:
-        cells = [f"{r['policy']} ({PAPER_NAMES.get(r['policy'], r['policy'])})"]
+        cells = [r["policy"]]
         for key, _ in METRICS:
             cell = _fmt(key, r["ours"][key])
             if r["published"]:
                 cell += f" ({_fmt(key, r['published'][key])})"
             cells.append(cell)
         cells.append(f"{r['wall_time_s']:.2f}")
-        if with_ratio:
-            for key, _ in METRICS[:4]:
-                cell = _fmt_ratio(r["ratio"][key])
-                if r["published"]:
-                    cell += f" ({_fmt_ratio(r['published_ratio'][key])})"
-                cells.append(cell)
         table.add_row(*cells)
     notes = [f"compare wall time {total_wall_s:.1f} s"]
     if with_pub:
         notes.append("cells: ours (published)")
-    if with_ratio:
-        notes.append("X / SW = policy / Shockwave, lower is better")
     table.caption = "; ".join(notes)
-    console = Console(file=file or sys.stdout)
-    if not console.is_terminal:
-        console = Console(file=file or sys.stdout, width=220)
+    console = Console(file=file or sys.stdout, width=TABLE_WIDTH)
     console.print(table)
 
 
@@ -277,24 +264,45 @@ def plot_compare(
     fig.savefig(bars, dpi=100)
     plt.close(fig)
 
+    fig = rho_cdf_figure(results, policies, published_rho_of)
+    cdf = out / "compare_rho_cdf.png"
+    fig.savefig(cdf, dpi=100)
+    plt.close(fig)
+    return [bars, cdf]
+
+
+def rho_cdf_figure(
+    results: Mapping[str, Mapping[str, Any]],
+    policies: Sequence[str],
+    published_rho_of: Callable[[str], Sequence[float] | None] | None = None,
+):
+    """The per-job ρ CDF of each policy (solid) and of its published run (dashed, where given),
+    with a title, axis labels and a legend naming every series; a matplotlib Figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
     fig, ax = plt.subplots(figsize=(8, 5))
+    any_published = False
     for i, policy in enumerate(policies):
         color = f"C{i % 10}"
         rho = np.sort([j["rho"] for j in results[policy]["jobs"]])
         ax.step(rho, np.arange(1, rho.size + 1) / rho.size, where="post", color=color, label=policy)
         pub = published_rho_of(policy) if published_rho_of else None
         if pub:
+            any_published = True
             p = np.sort(np.asarray(pub, dtype=float))
-            ax.step(p, np.arange(1, p.size + 1) / p.size, where="post", color=color, linestyle="--", alpha=0.6)
-    ax.axvline(1.0, color="grey", linewidth=1, linestyle=":")
-    ax.set_xlabel("finish-time fairness ρ" + (" (dashed: published)" if published_rho_of else ""))
-    ax.set_ylabel("CDF over jobs")
-    ax.legend(fontsize=8)
+            ax.step(p, np.arange(1, p.size + 1) / p.size, where="post", color=color, linestyle="--", alpha=0.6,
+                    label=f"{policy} (published)")
+    ax.axvline(1.0, color="grey", linewidth=1, linestyle=":", label="ρ = 1")
+    ax.set_title("Finish-time fairness per job" + (": ours (solid), published (dashed)" if any_published else ""))
+    ax.set_xlabel("finish-time fairness ρ = JCT / (isolated runtime × max(1, N/G))")
+    ax.set_ylabel("fraction of jobs with ρ ≤ x")
+    ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    cdf = out / "compare_rho_cdf.png"
-    fig.savefig(cdf, dpi=100)
-    plt.close(fig)
-    return [bars, cdf]
+    return fig
 
 
 # -- running -------------------------------------------------------------------------------
@@ -409,7 +417,9 @@ def compare(
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "compare.json").write_text(json.dumps(results, indent=1))
+        by_policy = {row["policy"]: {k: v for k, v in row.items() if k != "wall_time_s"} for row in rows}
+        document = {p: {**r, "comparison": by_policy[p]} for p, r in results.items()}
+        (out / "compare.json").write_text(json.dumps(document, indent=1))
         plot_compare(
             results,
             rows,
