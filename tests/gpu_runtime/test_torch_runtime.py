@@ -248,7 +248,7 @@ async def _wait_for_progress(path: Path, steps: int, timeout: float = 90.0) -> N
     raise AssertionError("no progress from the torchrun lease")
 
 
-@pytest.mark.slow  # two torchrun launches: ~15 s on a 2-core machine
+@pytest.mark.slow  # two torchrun launches
 async def test_two_rank_torchrun_lease_preempted_then_completed(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     progress = tmp_path / "progress.jsonl"

@@ -117,6 +117,7 @@ def test_openapi_document_is_valid(server):
     assert not validator("JobRequest").is_valid({**GOOD, "total_steps": 0})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib").util.find_spec("schemathesis") is None, reason="schemathesis not installed")
 def test_schemathesis_contract(server, tmp_path):
     # the console script next to this interpreter (the venv may not be on PATH, as in CI)

@@ -26,6 +26,7 @@ JOBS = [
 ]
 
 
+@pytest.mark.slow
 def test_cluster_survives_worker_and_serve_kill(tmp_path):
     config = write_config(tmp_path, round_s=ROUND_S)
     log = tmp_path / "cluster.log"
