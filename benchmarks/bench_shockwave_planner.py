@@ -19,17 +19,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from market.shockwave import ShockwaveConfig, plan_window  # noqa: E402
-from predictor.predictor import Prediction  # noqa: E402
+from market.shockwave import ShockwaveConfig, plan_input, plan_window  # noqa: E402
 
 
-def Job(job_id: int, scale_factor: int, num_epochs: int, epochs_done: int, remaining_s: float, mean_epoch_s: float,
-        target_finish_s: float) -> Prediction:
-    """A planner input (the predictor's :class:`Prediction`) from the fields the planner reads."""
-    return Prediction(job_id=job_id, scale_factor=scale_factor, submit_s=0.0, num_epochs=num_epochs,
-                      epochs_done=epochs_done, remaining_s=remaining_s, mean_epoch_s=mean_epoch_s,
-                      elapsed_epochs_s=0.0, fair_share_finish_s=target_finish_s, target_finish_s=target_finish_s,
-                      batch_size=1)
+Job = plan_input
 
 
 def instance(n: int, gpus: int, seed: int, now_s: float = 7200.0) -> list[Job]:

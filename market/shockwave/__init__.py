@@ -85,7 +85,7 @@ from market.shockwave.milp import SolverFailure, rank_milp, solve_counts
 from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
 from market.shockwave.planner import WindowPlan, plan_window
 from market.shockwave.policy import ShockwavePolicy
-from market.shockwave.tables import PlanJob, Tables, evaluate_counts, tabulate, width_classes
+from market.shockwave.tables import PlanJob, Tables, evaluate_counts, plan_input, tabulate, width_classes
 
 __all__ = [
     "LOG_ORIGIN",
@@ -100,6 +100,7 @@ __all__ = [
     "greedy_counts",
     "pack_contiguous",
     "pack_counts",
+    "plan_input",
     "plan_window",
     "rank_milp",
     "solve_counts",

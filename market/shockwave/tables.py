@@ -8,6 +8,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
+from predictor.predictor import Prediction
 
 
 class PlanJob(Protocol):
@@ -23,6 +24,16 @@ class PlanJob(Protocol):
 
 
 # ---------------------------------------------------------------------------------- tabulation
+def plan_input(job_id: int, scale_factor: int, num_epochs: int, epochs_done: int, remaining_s: float,
+               mean_epoch_s: float, target_finish_s: float) -> Prediction:
+    """A :class:`predictor.Prediction` carrying only what the planner reads (the other fields at
+    neutral values): for tests, benchmarks and hand-made instances. Seconds."""
+    return Prediction(job_id=job_id, scale_factor=scale_factor, submit_s=0.0, num_epochs=num_epochs,
+                      epochs_done=epochs_done, remaining_s=remaining_s, mean_epoch_s=mean_epoch_s,
+                      elapsed_epochs_s=0.0, fair_share_finish_s=target_finish_s, target_finish_s=target_finish_s,
+                      batch_size=1)
+
+
 @dataclass(slots=True)
 class Tables:
     """Per-job arrays of one window (N jobs, n = 0..F). Seconds unless noted."""

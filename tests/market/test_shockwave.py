@@ -9,18 +9,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from market.base import JobView, RoundContext
-from market.shockwave import ShockwaveConfig, ShockwavePolicy, pack_contiguous, pack_counts, plan_window, tabulate
+from market.shockwave import ShockwaveConfig, ShockwavePolicy, plan_input, pack_contiguous, pack_counts, plan_window, tabulate
 from market.solver import choose_solver, solver_options
-from predictor.predictor import Prediction
 
 
-def Job(job_id: int, scale_factor: int, num_epochs: int, epochs_done: int, remaining_s: float, mean_epoch_s: float,
-        target_finish_s: float) -> Prediction:
-    """A planner input (the predictor's :class:`Prediction`) from the fields the planner reads."""
-    return Prediction(job_id=job_id, scale_factor=scale_factor, submit_s=0.0, num_epochs=num_epochs,
-                      epochs_done=epochs_done, remaining_s=remaining_s, mean_epoch_s=mean_epoch_s,
-                      elapsed_epochs_s=0.0, fair_share_finish_s=target_finish_s, target_finish_s=target_finish_s,
-                      batch_size=1)
+Job = plan_input
 
 
 def _random_jobs(rng: np.random.Generator, n: int, widths=(1, 2, 4), now: float = 1000.0) -> list[Job]:
