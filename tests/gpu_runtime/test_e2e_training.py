@@ -1,7 +1,9 @@
 """End to end on CPU: ``serve`` + two ``worker --backend torch`` (2 slots each), real training.
 
 A 4-job trace submitted on the wall clock under the Shockwave policy, with rounds, grace and
-time-outs derived from torchrun's start-up as measured at the start of the test (:func:`timings`): an LM
+time-outs derived from torchrun's start-up as measured at the start of the test (:func:`timings`),
+and the static job sized from its training speed measured the same way, so that it cannot finish
+within one round on any machine: an LM
 job with scale factor 2 whose gang spans both workers (``[live] placement = "spread"``), a GNS
 job, an Accordion job and a static Recommendation job (small model knobs).  Five GPUs are asked
 of four, so jobs are preempted (SIGTERM, checkpoint) and resumed from their checkpoints.
@@ -14,6 +16,7 @@ Skipped without torch. Every wait is on a condition, bounded by a deadline of 40
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_runtime.launcher import EXIT_COMPLETED
 from tests.live.live_helpers import ROOT, call, env, start_serve, stop, wait_for
 
 torch = pytest.importorskip("torch")
@@ -48,6 +52,25 @@ def measure_start_up_s() -> float:
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=ROOT, timeout=600,
     )
     return time.monotonic() - started
+
+
+def measure_static_steps_per_s(folder: Path) -> float:
+    """Upper bound, in steps per second, on the static job's training speed, measured now on this
+    machine under its current load: the same model, batch size and thread count, one rank, timed
+    at two step counts so that start-up cancels out."""
+    static = next(job for job in JOBS if job["name"] == "static")
+    seconds = {}
+    for steps in (100, 1100):
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpu_runtime.torch_runtime.train", "--workload", static["model"],
+             "--batch-size", str(static["batch_size"]), "--total-steps", str(steps), *static["command"].split(),
+             "--threads", "1", "--checkpoint-dir", str(folder / f"rate-{steps}")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(), cwd=ROOT, timeout=600,
+        )
+        assert proc.returncode == EXIT_COMPLETED, proc.stderr[-2000:]
+        seconds[steps] = time.monotonic() - started
+    return 1000 / max(seconds[1100] - seconds[100], 0.1)
 
 
 def timings(start_up_s: float) -> dict[str, float]:
@@ -126,6 +149,10 @@ def test_real_training_cluster(tmp_path):
     from gpu_runtime.torch_runtime.checkpoint import load_latest
 
     t = timings(measure_start_up_s())
+    # The static job needs more steps than a whole round at its measured speed can train, so it is
+    # stopped at least once and resumed from its checkpoint, however fast this machine is.
+    static_steps = max(2400, math.ceil(1.1 * measure_static_steps_per_s(tmp_path) * t["round_s"]))
+    jobs_to_submit = [dict(job, total_steps=static_steps) if job["name"] == "static" else job for job in JOBS]
     config = _config(tmp_path, t)
     serve_log, w1_log, w2_log = tmp_path / "serve.log", tmp_path / "w1.log", tmp_path / "w2.log"
     procs: list[subprocess.Popen] = []
@@ -137,7 +164,7 @@ def test_real_training_cluster(tmp_path):
         procs.append(_worker(config, url, "w2", w2_log))
         wait_for(lambda: call(url + "/v1/cluster")[1]["num_gpus"] == 4, 60, what="4 slots registered")
         ids = []
-        for job in JOBS:
+        for job in jobs_to_submit:
             status, body = call(url + "/v1/jobs", "POST", json.dumps(job).encode())
             assert status == 201, body
             ids.append(body["job_id"])
@@ -166,7 +193,7 @@ def test_real_training_cluster(tmp_path):
         state, _path = loaded
         assert state["completed"] and state["job_steps"] >= state["total_steps"] > 0, (job, state["job_steps"])
         assert job["steps_done"] == state["job_steps"] and job["total_steps"] == state["total_steps"]
-    assert by_name["gang"]["steps_done"] >= 6000
+    assert by_name["gang"]["steps_done"] >= 6000 and by_name["static"]["steps_done"] >= static_steps
 
     launched = _events(w1_log, "lease_launched") + _events(w2_log, "lease_launched")
     gang_id = by_name["gang"]["job_id"]
@@ -186,7 +213,7 @@ def test_real_training_cluster(tmp_path):
     replans = [r for r in rounds if r["batch_size_changed"] and r["replanned"]]
     assert replans, rounds
     sys.stderr.write(
-        f"\nE2E: start-up {t['start_up_s']:.1f} s, {t['round_s']:.0f} s rounds, {elapsed:.1f} s wall, {len(rounds)} rounds, {len(launched)} launches "
+        f"\nE2E: start-up {t['start_up_s']:.1f} s, static job {static_steps} steps, {t['round_s']:.0f} s rounds, {elapsed:.1f} s wall, {len(rounds)} rounds, {len(launched)} launches "
         f"({len(resumed)} resumed from a checkpoint), {len(stopped)} process ends "
         f"({sum(e['kind'] in ('preempted', 'lease_end') for e in stopped)} preempted), "
         f"{sum(j['batch_size_changes'] for j in jobs)} batch-size changes reported "
