@@ -140,6 +140,7 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "live.serve",
     "worker": "live.worker",
     "submit": "live.submit",
+    "parity": "replay.parity",
 }
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.launcher import EXIT_COMPLETED
+from gpu_runtime.launcher import EXIT_LEASE_END
 from tests.live.live_helpers import ROOT, call, env, start_serve, stop, wait_for
 
 torch = pytest.importorskip("torch")
@@ -54,23 +54,25 @@ def measure_start_up_s() -> float:
     return time.monotonic() - started
 
 
-def measure_static_steps_per_s(folder: Path) -> float:
-    """Upper bound, in steps per second, on the static job's training speed, measured now on this
-    machine under its current load: the same model, batch size and thread count, one rank, timed
-    at two step counts so that start-up cancels out."""
+def measure_static_steps_per_s(folder: Path, seconds: float = 3.0) -> float:
+    """The static job's training speed in steps per second, measured now on this machine under
+    its current load: its model, batch size and thread count on one rank, in a lease limited to
+    ``seconds`` of training (``SHOCKWAVE_MAX_SECONDS``, which starts at the first step, so
+    start-up does not count); the steps come from the lease's checkpoint."""
+    from gpu_runtime.torch_runtime.checkpoint import load_latest
+
     static = next(job for job in JOBS if job["name"] == "static")
-    seconds = {}
-    for steps in (100, 1100):
-        started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpu_runtime.torch_runtime.train", "--workload", static["model"],
-             "--batch-size", str(static["batch_size"]), "--total-steps", str(steps), *static["command"].split(),
-             "--threads", "1", "--checkpoint-dir", str(folder / f"rate-{steps}")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(), cwd=ROOT, timeout=600,
-        )
-        assert proc.returncode == EXIT_COMPLETED, proc.stderr[-2000:]
-        seconds[steps] = time.monotonic() - started
-    return 1000 / max(seconds[1100] - seconds[100], 0.1)
+    ckpt = folder / "rate"
+    lease = {"SHOCKWAVE_JOB_ID": "0", "SHOCKWAVE_MAX_SECONDS": str(seconds), "SHOCKWAVE_CHECKPOINT_DIR": str(ckpt)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu_runtime.torch_runtime.train", "--workload", static["model"],
+         "--batch-size", str(static["batch_size"]), "--total-steps", str(10**9), *static["command"].split(),
+         "--threads", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**env(), **lease}, cwd=ROOT, timeout=600,
+    )
+    assert proc.returncode == EXIT_LEASE_END, proc.stderr[-2000:]
+    state, _path = load_latest(ckpt)
+    return state["job_steps"] / seconds
 
 
 def timings(start_up_s: float) -> dict[str, float]:
