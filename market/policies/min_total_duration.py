@@ -27,6 +27,8 @@ import numpy as np
 
 from market.base import JobView, job_arrays
 
+ECOS_MODE = True
+
 
 def analytic_center(
     lowers: np.ndarray,
@@ -179,6 +181,25 @@ class MinTotalDurationPolicy:
                 raise ValueError("no feasible horizon: remaining work exceeds any bound")
         return best
 
+    def horizon_search_lp(self, rem, thr, sf, num_gpus):
+        from market.policies.reference_lp import min_total_duration_lp
+        lo, hi = self.min_horizon_s, self.max_horizon_s
+        last_hi = hi
+        best = None
+        while best is None:
+            while self.stop_ratio * lo < hi:
+                T = (lo + hi) / 2.0
+                ok, x = min_total_duration_lp(thr, sf, rem, T, num_gpus)
+                if ok:
+                    best = (T, x)
+                    hi = T
+                else:
+                    lo = T
+            hi = last_hi * 10.0
+            lo = last_hi
+            last_hi *= 10.0
+        return best
+
     def allocate(self, jobs: Sequence[JobView], num_gpus: int, now_s: float) -> dict[int, float]:
         """Return {job_id: x_j}; sum_j sf_j x_j <= num_gpus.
 
@@ -193,6 +214,11 @@ class MinTotalDurationPolicy:
             return dict(zip(ids, x.tolist()))
         if num_gpus < 1:
             raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
+        if ECOS_MODE:
+            from market.policies.reference_lp import min_total_duration_lp
+            T, xe = self.horizon_search_lp(rem, thr, sf, num_gpus)
+            self.last_horizon_s = T
+            return dict(zip(ids, xe.tolist()))
         T = self.horizon_search(rem[ok], thr[ok], sf[ok], num_gpus)
         self.last_horizon_s = T
         low = rem[ok] / (thr[ok] * T)
