@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from market.base import AllocationPolicy, JobView, RoundContext
+from market.base import AllocationPolicy, RoundContext
 
 
 @dataclass

@@ -30,7 +30,6 @@ from typing import Sequence
 import numpy as np
 
 from market.base import JobView, job_arrays
-from market.policies.min_total_duration import analytic_center
 
 
 def isolated_share(sf: np.ndarray, num_gpus: int) -> np.ndarray:
@@ -96,6 +95,90 @@ def min_max_rho(
     x = np.zeros_like(rem)
     x[busy] = np.minimum(x_at(hi), 1.0)
     return hi, x
+
+
+
+def analytic_center(
+    lowers: np.ndarray,
+    upper: np.ndarray,
+    sf: np.ndarray,
+    capacity: float,
+    *,
+    max_iter: int = 100,
+) -> np.ndarray:
+    """Maximise sum_j [sum_k log(x_j - lowers[j, k]) + log(upper_j - x_j)] + log(capacity - sf . x).
+
+    This is the point an interior-point LP solver (ECOS, Clarabel) converges to when every
+    feasible point is optimal: each linear inequality row contributes one log barrier.
+
+    Shapes: ``lowers`` (m, K) (use duplicated columns for repeated rows), ``upper`` (m,),
+    ``sf`` (m,), ``capacity`` scalar. Returns x of shape (m,). When the set has no interior
+    (capacity - sf . max(lowers) <= 0, or upper <= max lower for a job) the degenerate
+    coordinates are pinned at their largest lower bound.
+    Solved by damped Newton with the diagonal-plus-rank-one Hessian inverted by
+    Sherman–Morrison: O(m) per iteration.
+    """
+    lowers = np.atleast_2d(np.asarray(lowers, dtype=float))
+    upper = np.asarray(upper, dtype=float)
+    sf = np.asarray(sf, dtype=float)
+    m = upper.shape[0]
+    if m == 0:
+        return np.zeros(0)
+    lo = lowers.max(axis=1)
+    x = lo.copy()
+    free = upper - lo > 1e-12
+    cap = capacity - float(sf[~free] @ lo[~free])
+    if not free.any():
+        return np.minimum(x, upper)
+    L, U, s = lowers[free], upper[free], sf[free]
+    l = lo[free]
+    room = cap - float(s @ l)
+    if room <= 1e-12:
+        return x
+    width = U - l
+    theta = min(0.5, 0.5 * room / float(s @ width))
+    y = l + theta * width
+
+    def value(z: np.ndarray) -> float:
+        d = z[:, None] - L
+        r = cap - float(s @ z)
+        if np.any(d <= 0) or np.any(U - z <= 0) or r <= 0:
+            return -np.inf
+        return float(np.log(d).sum() + np.log(U - z).sum() + np.log(r))
+
+    f = value(y)
+    for _ in range(max_iter):
+        d = y[:, None] - L
+        u = U - y
+        r = cap - float(s @ y)
+        inv_d = 1.0 / d
+        g = inv_d.sum(axis=1) - 1.0 / u - s / r
+        D = -(inv_d * inv_d).sum(axis=1) - 1.0 / (u * u)  # negative
+        v = s / r
+        Dinv_g = g / D
+        Dinv_v = v / D
+        denom = 1.0 - float(v @ Dinv_v)
+        Hinv_g = Dinv_g + Dinv_v * float(v @ Dinv_g) / denom
+        step = -Hinv_g  # Newton ascent direction
+        decrement = float(g @ step)
+        if decrement < 1e-14:
+            break
+        t = 1.0
+        while True:
+            cand = y + t * step
+            fc = value(cand)
+            if fc >= f + 0.25 * t * decrement:
+                break
+            t *= 0.5
+            if t < 1e-12:
+                fc = f
+                cand = y
+                break
+        if cand is y:
+            break
+        y, f = cand, fc
+    x[free] = y
+    return x
 
 
 class FinishTimeFairnessPolicy:

@@ -1,4 +1,4 @@
-"""Gavel's max-min fairness (docs/reference.md §5; Gavel ``MaxMinFairnessPolicy``).
+"""Gavel's max-min fairness (docs/reference.md §5; reference ``MaxMinFairnessPolicy``).
 
 With every throughput replaced by 1 (the reference's ``MaxMinFairnessPolicy`` wrapper) and one
 worker type, the linear program is::
@@ -8,18 +8,17 @@ worker type, the linear program is::
                0 <= x_j <= 1
                sum_j scale_factor_j * x_j <= G
 
-(w_j = priority weight; the proportional-share normaliser of Gavel is the same for every job
-and only rescales t). It is solved exactly here, without an LP solver:
+(w_j = priority weight; the proportional-share normaliser of Gavel is 1 for every job here).
 
-* ``t* = min( min_j sf_j / w_j , G / sum_j w_j )`` and every job needs
-  ``x_j >= l_j = t* w_j / sf_j``.
-* When the capacity binds (``t* = G / sum w``), ``x = l`` is the unique optimum: each job gets
-  the same GPU-time share ``sf_j x_j = G w_j / sum w``.
-* Otherwise the optimum is a face, and an LP solver may return any point of it. The
-  reference solves with ECOS, an interior-point method, whose answer approaches the analytic
-  centre of the optimal face; this policy returns that centre (Newton's method on the log
-  barrier of the face's slacks ``x_j - l_j``, ``x_j``, ``1 - x_j`` and the spare capacity), so
-  jobs with more than one GPU share the spare capacity as the reference's solver does.
+* ``t* = min( min_j sf_j / w_j , G / sum_j w_j )`` and every job needs ``x_j >= t* w_j / sf_j``.
+* When the capacity binds (``t* = G / sum w``), that lower bound is the unique optimum: each job
+  gets the same GPU-time share ``sf_j x_j = G w_j / sum w``. It is returned in closed form.
+* Otherwise (fewer GPUs asked for than the cluster has, as far as the bound goes) the optimum is
+  a face: every multi-GPU job may take any x in [1/sf, 1] that fits, and the order of those x
+  sets Gavel's priorities after a reset. The point the reference returns is where ECOS stops,
+  so this policy hands ECOS the reference's own LP (:func:`market.policies.reference_lp.max_min_fairness_lp`).
+
+``shockwave parity`` checks the result job by job against the reference's runs.
 """
 
 from __future__ import annotations
@@ -31,8 +30,6 @@ import numpy as np
 from market.base import JobView
 from market.policies.reference_lp import max_min_fairness_lp
 
-ALWAYS_LP = False
-
 
 def max_min_fairness_allocation(
     scale_factors: np.ndarray, priority_weights: np.ndarray, num_gpus: int
@@ -40,18 +37,18 @@ def max_min_fairness_allocation(
     """The max-min fair time fractions x (shape (n,), in [0, 1]); see the module docstring.
 
     Args:
-        scale_factors: GPUs per job, shape (n,), >= 1.
+        scale_factors: GPUs per job, shape (n,), >= 1, in job-id order (the reference's order,
+            which fixes ECOS's point on a face).
         priority_weights: w_j > 0, shape (n,).
         num_gpus: G.
     """
     sf = np.asarray(scale_factors, dtype=float)
     w = np.asarray(priority_weights, dtype=float)
-    n = sf.size
-    if n == 0:
+    if sf.size == 0:
         return np.zeros(0)
     t_star = min(float(np.min(sf / w)), num_gpus / float(np.sum(w)))
     lower = np.minimum(1.0, t_star * w / sf)
-    if float(sf @ lower) >= num_gpus * (1.0 - 1e-12) and not ALWAYS_LP:
+    if float(sf @ lower) >= num_gpus * (1.0 - 1e-12):
         return lower
     return max_min_fairness_lp(sf, w, num_gpus)
 

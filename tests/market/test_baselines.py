@@ -7,10 +7,10 @@ import pytest
 
 from market.base import JobView
 from market.policies.allox import AlloXPolicy
-from market.policies.finish_time_fairness import FinishTimeFairnessPolicy, min_max_rho
+from market.policies.finish_time_fairness import FinishTimeFairnessPolicy, analytic_center, min_max_rho
 from market.policies.gandiva_fair import GandivaFairPolicy
 from market.policies.max_sum_throughput import MaxSumThroughputPolicy
-from market.policies.min_total_duration import MinTotalDurationPolicy, analytic_center
+from market.policies.min_total_duration import MinTotalDurationPolicy
 
 
 def job(job_id, *, sf=1, thr=10.0, total=10_000, done=0, arrival=0.0):
@@ -77,25 +77,24 @@ def test_gandiva_fair_equal_shares():
 
 def test_mst_prefers_steps_per_second_per_gpu():
     jobs = [job(0, thr=10.0), job(1, thr=30.0), job(2, sf=2, thr=50.0), job(3, thr=20.0)]
-    alloc = MaxSumThroughputPolicy(tiny_allocations=False).allocate(jobs, 2, 0.0)
+    alloc = MaxSumThroughputPolicy().allocate(jobs, 2, 0.0)
     # per-GPU: 10, 30, 25, 20 -> job 1 then job 2 (needs 2 GPUs, gets half)
-    assert alloc == {0: 0.0, 1: 1.0, 2: 0.5, 3: 0.0}
+    assert alloc == pytest.approx({0: 0.0, 1: 1.0, 2: 0.5, 3: 0.0}, abs=1e-8)
+    assert used(alloc, jobs) <= 2.0 + 1e-8
 
 
-def test_mst_ties_split_equally_and_tiny_values_follow_dual_slack():
+def test_mst_ties_share_the_margin_and_the_nearer_miss_gets_more():
     jobs = [job(0, thr=40.0), job(1, thr=40.0), job(2, thr=40.0), job(3, thr=30.0), job(4, thr=10.0)]
     alloc = MaxSumThroughputPolicy().allocate(jobs, 2, 0.0)
-    assert alloc[0] == alloc[1] == alloc[2] == pytest.approx(2 / 3)
-    # left-out jobs get interior-point-like tiny values, larger for the nearer miss
-    assert 0.0 < alloc[4] < alloc[3] <= 1e-9
-    assert used(alloc, jobs) <= 2.0
-    exact = MaxSumThroughputPolicy(tiny_allocations=False).allocate(jobs, 2, 0.0)
-    assert exact[3] == exact[4] == 0.0
+    assert [alloc[0], alloc[1], alloc[2]] == pytest.approx([2 / 3] * 3, abs=1e-7)
+    # ECOS leaves the excluded jobs at numerically-zero values, ordered by how near they came
+    assert 0.0 <= alloc[4] < alloc[3] < 1e-8
+    assert used(alloc, jobs) <= 2.0 + 1e-8
 
 
 def test_mst_everything_fits():
     jobs = [job(0), job(1, sf=2)]
-    assert MaxSumThroughputPolicy().allocate(jobs, 8, 0.0) == {0: 1.0, 1: 1.0}
+    assert MaxSumThroughputPolicy().allocate(jobs, 8, 0.0) == pytest.approx({0: 1.0, 1: 1.0}, abs=1e-8)
 
 
 # --- OSSP ------------------------------------------------------------------------------
@@ -111,13 +110,6 @@ def test_ossp_meets_its_makespan_bound():
     longest = max(j.remaining_steps / j.throughput for j in CLUSTER)
     t_star = max(work / 4, longest)
     assert t_star <= T <= 1.05 * t_star * 1.0001
-
-
-def test_ossp_lower_bound_mode_is_tight():
-    pol = MinTotalDurationPolicy(center=False)
-    alloc = pol.allocate(CLUSTER, 4, 0.0)
-    for j in CLUSTER:
-        assert alloc[j.job_id] == pytest.approx(j.remaining_steps / (j.throughput * pol.last_horizon_s))
 
 
 def test_analytic_center_is_symmetric_and_interior():

@@ -75,3 +75,69 @@ def test_min_total_duration_data_is_cvxpys(sf, gpus, horizon, data):
     constraints = _reference_base(x, sfc, gpus)
     constraints.append(cp.sum(cp.multiply(thr.reshape(m, 1), x), axis=1) >= (rem / horizon))
     _same(R.min_total_duration_data(thr, np.array(sf, float), rem, horizon, gpus), cp.Problem(cp.Maximize(1), constraints))
+
+
+# -- the solver's point, pinned ------------------------------------------------------------------
+def test_max_min_face_point_is_ecos_point_small():
+    # eight 1-GPU jobs and a 4- and a 2-GPU job on 128 GPUs: the 1-GPU jobs are pinned at 1, the
+    # others may take any x in [1/sf, 1]; the values are those ECOS returns for the reference LP
+    from market.policies.max_min_fairness import max_min_fairness_allocation
+
+    x = max_min_fairness_allocation(np.array([1.0] * 8 + [4.0, 2.0]), np.ones(10), 128)
+    assert x[:8] == pytest.approx([1.0] * 8, abs=1e-9)
+    assert x[8:] == pytest.approx([0.663521284, 0.740280407], abs=1e-9)
+
+
+def test_max_min_face_point_is_ecos_point_at_a_460_job_reset():
+    # the active set of the reference's 460-job scale trace (scheduler/traces/reproduce/460_...)
+    # at its reset t = 1199.956 s, in job-id order (jobs 0-104 less job 8, which had completed):
+    # 75 x 1, 22 x 2, 6 x 4 and 1 x 8 GPUs on 128 GPUs. ECOS's values (9 decimals) rank the
+    # 8-GPU job above the 4-GPU jobs, which decides who runs after that reset.
+    from market.policies.max_min_fairness import max_min_fairness_allocation
+
+    sf = np.array([float(c) for c in "11111114221111111422121122112212211111142114121121111111112111121111181111211121114111211121111111112214"])
+    assert sf.size == 104
+    x = max_min_fairness_allocation(sf, np.ones(sf.size), 128)
+    assert x[sf == 2] == pytest.approx([0.746574753] * 22, abs=1e-9)
+    assert x[sf == 4] == pytest.approx([0.615778246] * 6, abs=1e-9)
+    assert x[sf == 8] == pytest.approx([0.633877950], abs=1e-9)
+    assert x[sf == 8][0] > x[sf == 4].max()
+
+
+def _cvxpy_ecos(problem, x):
+    problem.solve(solver="ECOS")
+    return x.value.clip(min=0.0).clip(max=1.0).reshape(-1)
+
+
+@pytest.mark.skipif("ECOS" not in cp.installed_solvers(), reason="cvxpy does not see ecos")
+def test_max_sum_throughput_degenerate_face_is_ecos_point():
+    # three jobs tie at the margin (equal steps/s per GPU) and two are left out
+    thr = np.array([40.0, 40.0, 80.0, 30.0, 10.0])
+    sf = np.array([1.0, 1.0, 2.0, 1.0, 1.0])
+    x = cp.Variable((5, 1))
+    problem = cp.Problem(cp.Maximize(cp.sum(cp.sum(cp.multiply(thr.reshape(5, 1) / np.ones((1, 1)), x), axis=1))),
+                         _reference_base(x, sf.reshape(5, 1), 3))
+    ours = R.max_sum_throughput_lp(thr, sf, 3)
+    assert np.array_equal(ours, _cvxpy_ecos(problem, x))
+    assert float(sf @ ours) == pytest.approx(3.0, abs=1e-7)
+
+
+@pytest.mark.skipif("ECOS" not in cp.installed_solvers(), reason="cvxpy does not see ecos")
+def test_min_total_duration_degenerate_face_is_ecos_point():
+    # a horizon with slack: every feasible x is optimal (constant objective)
+    thr = np.array([50.0, 60.0, 5.0, 100.0])
+    sf = np.array([1.0, 2.0, 1.0, 4.0])
+    rem = np.array([90_000, 50_000, 4_000, 300_000])
+    horizon = 20_000.0
+    x = cp.Variable((4, 1))
+    constraints = _reference_base(x, sf.reshape(4, 1), 8)
+    constraints.append(cp.sum(cp.multiply(thr.reshape(4, 1), x), axis=1) >= (rem / horizon))
+    feasible, ours = R.min_total_duration_lp(thr, sf, rem, horizon, 8)
+    assert feasible
+    assert np.array_equal(ours, _cvxpy_ecos(cp.Problem(cp.Maximize(1), constraints), x))
+    assert np.all(thr * ours * horizon >= rem * (1 - 1e-7))
+
+
+def test_min_total_duration_infeasible_horizon_is_reported():
+    feasible, _x = R.min_total_duration_lp(np.array([1.0]), np.array([1.0]), np.array([1_000.0]), 100.0, 4)
+    assert not feasible
