@@ -1,0 +1,56 @@
+"""``shockwave parity``: the deterministic Gavel baselines equal the reference code job by job."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli.main import main
+from replay.parity import REFERENCE_FILE, compare_jcts, load_reference, run_parity
+
+POLICIES = ("max_min_fairness", "min_total_duration", "max_sum_throughput_perf", "gandiva_fair")
+
+
+@pytest.mark.parametrize("trace", ["canonical", "P1"])
+def test_every_job_equals_the_reference(trace):
+    rows = run_parity([trace], POLICIES)
+    assert [(r.policy, r.equal) for r in rows] == [(r.policy, r.num_jobs) for r in rows]
+    assert all(r.first_job is None and r.max_rel_dev < 1e-9 for r in rows)
+
+
+def test_compare_jcts_reports_the_first_difference_and_its_round():
+    equal, first, round_index, max_rel = compare_jcts(
+        [100.0, 250.0, 400.0], [100.0, 130.0, 400.5], [0.0, 60.0, 10.0], start_s=0.0, round_s=120.0
+    )
+    # job 1 finished first (60 + 130 = 190 s, round 1); job 2 at 410 s
+    assert (equal, first, round_index) == (1, 1, 1)
+    assert max_rel == pytest.approx(120.0 / 130.0)
+    with pytest.raises(ValueError):
+        compare_jcts([1.0], [1.0, 2.0], [0.0], start_s=0.0, round_s=120.0)
+
+
+def test_cli_prints_a_row_per_run_and_fails_on_a_difference(tmp_path, capsys):
+    data = load_reference()
+    entry = data["traces"]["P1"]
+    reference = tmp_path / "ref.json"
+    moved = list(entry["policies"]["gandiva_fair"]["jct_s"])
+    moved[3] += 1.0
+    # a copy of the P1 entry, pointing at the bundled trace and throughputs, with one JCT moved
+    data["traces"] = {"P1": {
+        **entry,
+        "file": str(REFERENCE_FILE.parent / entry["file"]),
+        "throughputs": str(REFERENCE_FILE.parent / entry["throughputs"]),
+        "policies": {"gandiva_fair": {"jct_s": moved}},
+    }}
+    reference.write_text(json.dumps(data))
+    out = tmp_path / "rows.json"
+    assert main(["parity", "--reference", str(reference), "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "gandiva_fair" in printed and "119/120" in printed and "job 3" in printed
+    assert json.loads(out.read_text())[0]["equal"] == 119
+
+
+def test_cli_names_an_unknown_trace(capsys):
+    assert main(["parity", "--traces", "P9"]) == 2
+    assert "unknown trace 'P9'" in capsys.readouterr().err
