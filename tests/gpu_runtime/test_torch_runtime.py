@@ -268,16 +268,21 @@ async def test_two_rank_torchrun_lease_preempted_then_completed(tmp_path):
         assert out.report.job_steps == 2 * out.report.steps  # both ranks ran the same steps
         state, _ = load_latest(tmp_path / "ckpt")
         assert state["job_steps"] == out.report.job_steps and state["world_size"] == 2
-        # Lease 2: resume and finish two optimizer steps later (4 job steps).
-        total = state["job_steps"] + 4
+        # Lease 2: resume with 4 job steps to go (two optimizer steps of two ranks, or fewer
+        # if GNS grows the batch and rescales the total), and finish exactly there.
+        start = state["job_steps"]
+        total = start + 4
         lease = LeaseProcess(LeaseSpec(lease_id="r1", total_steps=total, **common), Placement(nproc_per_node=2),
                              args, base_env=env, stdout=log, stderr=log, cwd=str(REPO))
         await lease.start()
         out = await lease.wait()
         assert out.kind == "completed", (tmp_path / "torchrun.log").read_text()[-3000:]
-        assert out.report.steps == 2
+        changes = [r for r in read_reports(progress) if isinstance(r, BatchSizeChanged) and r.lease_id == "r1"]
+        rescaled = changes[-1].total_steps if changes else total
+        assert start < rescaled <= total and out.report.total_steps == rescaled
+        assert out.report.steps == math.ceil((rescaled - start) / 2)  # stops at the first step past it
         state, _ = load_latest(tmp_path / "ckpt")
-        assert state["job_steps"] == total and state["completed"]
+        assert state["job_steps"] == out.report.job_steps >= rescaled and state["completed"]
     finally:
         log.close()
 
