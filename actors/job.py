@@ -169,6 +169,10 @@ class JobActor(Actor):
     def on_lease_report(self, report: LeaseReport) -> None:
         if self.completed:
             return
+        if report.lease_id in self.applied_leases:  # a re-delivered report counts once
+            self.log.warning("duplicate_lease_report", lease_id=report.lease_id)
+            return
+        self.applied_leases.add(report.lease_id)
         lease_bs = self.batch_size
         measured = report.steps / report.execution_s if report.execution_s > 0 else 0.0
         failed = False

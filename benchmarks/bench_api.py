@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.actors.live_helpers import TOKEN, start_serve, stop, write_config  # noqa: E402
+from tests.live.live_helpers import TOKEN, start_serve, stop, write_config  # noqa: E402
 
 
 async def _run(url: str, jobs: int, clients: int) -> tuple[list[float], int, float]:

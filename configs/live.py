@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 TOKEN_ENV = "SHOCKWAVE_TOKEN"
+CLUSTER_TOKEN_ENV = "SHOCKWAVE_CLUSTER_TOKEN"
 
 
 @dataclass
@@ -18,8 +19,13 @@ class LiveConfig:
 
     ``placement``: ``"pack"`` (the reference: a gang on as few nodes as possible) or
     ``"spread"`` (GPUs taken round-robin across nodes, so gangs span nodes; exercises
-    multi-node gangs on a small cluster). Units: seconds, bytes. ``token`` is overridden by the environment variable named by
-    ``token_env`` (default ``SHOCKWAVE_TOKEN``) when that is set and not empty.
+    multi-node gangs on a small cluster). Units: seconds, bytes.
+
+    Two credentials (docs/security.md): ``token``, the users' bearer token of the HTTP API, and
+    ``cluster_token``, the bus credential that ``serve`` and ``worker`` share; ``serve`` refuses
+    to start when they are equal. Each is overridden by the environment variable named by
+    ``token_env`` (default ``SHOCKWAVE_TOKEN``) or ``cluster_token_env`` (default
+    ``SHOCKWAVE_CLUSTER_TOKEN``) when that is set and not empty.
     """
 
     host: str = "127.0.0.1"
@@ -27,6 +33,8 @@ class LiveConfig:
     server_url: str = "http://127.0.0.1:8470"
     token: str = ""
     token_env: str = TOKEN_ENV
+    cluster_token: str = ""
+    cluster_token_env: str = CLUSTER_TOKEN_ENV
     database: str = "shockwave.db"
     policy: str = "max_min_fairness"
     throughputs: str = ""
@@ -56,5 +64,10 @@ class LiveConfig:
             raise ValueError(f"[live] port must be in 0..65535, got {self.port}")
 
     def resolved_token(self) -> str:
-        """The bearer token: the environment variable if set and not empty, else the file's."""
+        """The users' API bearer token: the environment variable if set and not empty, else the file's."""
         return os.environ.get(self.token_env) or self.token
+
+    def resolved_cluster_token(self) -> str:
+        """The bus credential of ``serve`` and ``worker``: the environment variable if set and
+        not empty, else the file's."""
+        return os.environ.get(self.cluster_token_env) or self.cluster_token

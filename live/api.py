@@ -10,14 +10,15 @@ Routes (docs/live_cluster.md has curl examples):
 ``GET /v1/cluster``        nodes, GPUs, current round and placement (:class:`ClusterStatus`)
 ``GET /metrics``           Prometheus text: jobs by state, round duration, policy time, ρ so far
 ``GET /openapi.json``      the OpenAPI 3.1 document, generated from the same msgspec schemas
-``GET /healthz``           liveness, no token
+``GET /healthz``           liveness (the process answers), no token
+``GET /readyz``            readiness: the scheduler loop runs and the database takes writes (200/503), no token
 ``GET /v1/bus``            the WebSocket bus hub (:mod:`actors.kernel.transport_ws`)
 =========================  ===============================================================
 
-Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (constant-time compare).
+Every route but ``/healthz`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (constant-time compare).
 Errors are JSON ``{"error": message, "field": name-or-null}`` with 400 (malformed body), 401
-(token), 404, 409 (a scale factor above the cluster's GPUs, or cancel of a finished job), 413 (body over ``max_body_bytes``), 415 (content
-type) or 422 (validation: msgspec's path names the field). A response is MessagePack when the
+(token), 404, 409 (a scale factor above the cluster's GPUs, or cancel of a finished job), 413 (body
+over ``max_body_bytes``), 415 (content type) or 422 (validation: msgspec's path names the field). A response is MessagePack when the
 request's ``Accept`` names ``application/msgpack``.
 """
 
@@ -43,6 +44,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from actors.kernel.transport_ws import HubTransport
 
 API_ADDRESS = "api"
+#: bounds of ``JobRequest.duration_s`` in seconds (below 1 ms, total_steps / duration_s overflows
+#: what a throughput may be; above 1e7 s, 116 days, it is not a training job of this cluster)
+MIN_DURATION_S, MAX_DURATION_S = 1e-3, 1e7
+#: deepest nesting of arrays and objects accepted in a body (the request has depth 1)
+MAX_BODY_DEPTH = 32
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
 
 
@@ -51,9 +57,11 @@ class JobRequest(Struct, kw_only=True, forbid_unknown_fields=True):
 
     Give ``total_steps`` (optimizer steps at ``batch_size``) or ``epochs`` (known models only),
     not both. ``scale_factor`` (GPUs of the gang) may not exceed the cluster's GPUs.
-    ``duration_s``: the job's expected isolated run time in seconds, used as its initial
-    throughput estimate (total_steps / duration_s) when the throughput table does not know it.
-    ``command``: what a real back end runs (ignored by the emulated back end).
+    ``duration_s``: the job's expected isolated run time in seconds, in [1e-3, 1e7] (absent:
+    unknown), used as its initial throughput estimate (total_steps / duration_s) when the
+    throughput table does not know it. ``command``: what a real back end runs (ignored by the
+    emulated back end). Every number is finite and bounded as annotated; a value out of its
+    bounds gets 422 naming the field (docs/security.md).
     """
 
     model: Annotated[str, Meta(min_length=1, max_length=200)]
@@ -65,7 +73,7 @@ class JobRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     priority_weight: Annotated[float, Meta(gt=0, le=1e6)] = 1.0
     name: Annotated[str, Meta(max_length=200)] = ""
     command: Annotated[str, Meta(max_length=4000)] = ""
-    duration_s: Annotated[float, Meta(ge=0, le=1e9)] = 0.0
+    duration_s: Annotated[float, Meta(ge=MIN_DURATION_S, le=MAX_DURATION_S)] | None = None
 
 
 class Submitted(Struct, kw_only=True):
@@ -115,6 +123,14 @@ class ErrorBody(Struct, kw_only=True):
 class Health(Struct, kw_only=True):
     ok: bool
     server_id: str
+
+
+class Readiness(Struct, kw_only=True):
+    """``GET /readyz``: ``ready`` with no ``reason`` (200), or why not (503)."""
+
+    ready: bool
+    server_id: str
+    reason: str | None = None
 
 
 _json = msgspec.json.Encoder()
@@ -169,11 +185,26 @@ async def _read_body(request: "web.Request", limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def nesting_depth(value: Any) -> int:
+    """Depth of nested lists and dicts (a scalar: 0, ``{}``: 1), computed without recursion."""
+    depth, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            depth = max(depth, level)
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            depth = max(depth, level)
+            stack.extend((v, level + 1) for v in item)
+    return depth
+
+
 def parse_job_request(body: bytes, content_type: str) -> JobRequest:
     """Decode and validate a submission body.
 
     Raises:
-        ApiError: 415 unknown content type, 400 malformed, 422 invalid (field named).
+        ApiError: 415 unknown content type; 400 malformed (not JSON/MessagePack, invalid UTF-8,
+            not an object, nested deeper than :data:`MAX_BODY_DEPTH`); 422 invalid (field named).
     """
     ctype = content_type.split(";")[0].strip().lower()
     if ctype in MSGPACK_TYPES:
@@ -186,11 +217,18 @@ def parse_job_request(body: bytes, content_type: str) -> JobRequest:
         raw = decode(body)
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"malformed body: {exc}", "body") from None
-    if isinstance(raw, dict):  # JSON Schema counts 2.0 as an integer: so do we (and only that)
-        for key in _INT_FIELDS:
-            value = raw.get(key)
-            if isinstance(value, float) and value.is_integer():
-                raw[key] = int(value)
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"malformed body: a string is not valid UTF-8 ({exc.reason} at byte {exc.start})", "body") from None
+    except RecursionError:
+        raise ApiError(400, f"malformed body: nested deeper than {MAX_BODY_DEPTH} levels", "body") from None
+    if not isinstance(raw, dict):
+        raise ApiError(400, f"the body must be an object, got {type(raw).__name__}", "body")
+    if nesting_depth(raw) > MAX_BODY_DEPTH:
+        raise ApiError(400, f"malformed body: nested deeper than {MAX_BODY_DEPTH} levels", "body")
+    for key in _INT_FIELDS:  # JSON Schema counts 2.0 as an integer: so do we (and only that)
+        value = raw.get(key)
+        if isinstance(value, float) and value.is_integer():
+            raw[key] = int(value)
     try:
         return msgspec.convert(raw, JobRequest)
     except msgspec.ValidationError as exc:
@@ -211,12 +249,13 @@ def to_spec(req: JobRequest, capacity: int) -> JobSpec:
             raise ApiError(422, f"epochs needs a known model (steps per epoch); {req.model!r} is not one, give total_steps", "epochs")
         total = int(req.epochs) * steps_per_epoch(req.model, req.batch_size)
     if req.scale_factor > capacity:
-        # well-formed but in conflict with the cluster's current size: 409, not 422
+        # well-formed, but above the cluster's size (the last known one after a restart): a
+        # conflict with the cluster's state, 409; the schema's own bounds give 422
         raise ApiError(409, f"scale_factor {req.scale_factor} is above the cluster's {capacity} GPUs", "scale_factor")
     return JobSpec(
         model=req.model, batch_size=req.batch_size, scale_factor=req.scale_factor, total_steps=total,
         mode=req.mode, priority_weight=req.priority_weight, name=req.name, command=req.command,
-        duration_s=req.duration_s,
+        duration_s=req.duration_s or 0.0,
     )
 
 
@@ -245,6 +284,7 @@ class Metrics:
         self.submissions = Counter("shockwave_submissions", "Jobs accepted over HTTP", registry=self.registry)
         self.rejections = Counter("shockwave_rejected_requests", "4xx answers", ["status"], registry=self.registry)
         self.view: ReadModel | None = None
+        self.hub: HubTransport | None = None
         self.now: Callable[[], float] = time.time
         self.registry.register(self)
 
@@ -253,7 +293,7 @@ class Metrics:
         self.policy_time.observe(policy_wall_s)
 
     def collect(self):  # prometheus custom collector
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         view = self.view
         if view is None:
@@ -265,6 +305,16 @@ class Metrics:
         yield GaugeMetricFamily("shockwave_gpus", "GPUs of alive nodes", value=view.num_gpus)
         yield GaugeMetricFamily("shockwave_round_index", "Rounds started", value=view.round_index)
         yield GaugeMetricFamily("shockwave_nodes_lost", "Nodes declared lost", value=view.nodes_lost)
+        if self.hub is not None:
+            rejected = CounterMetricFamily(
+                "shockwave_bus_frames_rejected", "Bus frames from peers dropped, by reason (docs/security.md)",
+                labels=["reason"],
+            )
+            for reason, n in sorted(self.hub.rejected_frames.items()):
+                rejected.add_metric([reason], n)
+            yield rejected
+            yield CounterMetricFamily("shockwave_bus_connections_refused",
+                                      "Bus upgrade requests without the cluster token", value=self.hub.rejected)
         rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per job", labels=["job_id"])
         for status in view.job_list(self.now()):
             if status.rho is not None:
@@ -279,7 +329,7 @@ def openapi_document() -> dict:
     """The OpenAPI 3.1 document: paths by hand, schemas from msgspec (one source of truth)."""
     from workloads.models import SAMPLES_PER_EPOCH
 
-    types = [JobRequest, Submitted, JobStatus, JobList, ClusterStatus, ErrorBody, Health]
+    types = [JobRequest, Submitted, JobStatus, JobList, ClusterStatus, ErrorBody, Health, Readiness]
     _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     # the rules msgspec cannot state: total_steps or epochs (one of them), epochs for known models
     components["JobRequest"]["oneOf"] = [
@@ -317,8 +367,8 @@ def openapi_document() -> dict:
                     "responses": {
                         "201": {"description": "accepted", "content": body("Submitted")},
                         "400": err("malformed body"), **auth, "413": err("body too large"),
-                        "409": err("scale_factor above the cluster's GPUs"),
-                        "415": err("unsupported content type"), "422": err("invalid job (field named)"),
+                        "415": err("unsupported content type"), "409": err("scale_factor above the cluster's GPUs"),
+                        "422": err("invalid job (field named)"),
                     },
                 },
                 "get": {
@@ -365,6 +415,18 @@ def openapi_document() -> dict:
                     "responses": {"200": {"description": "alive", "content": {"application/json": {"schema": ref("Health")}}}},
                 },
             },
+            "/readyz": {
+                "get": {
+                    "operationId": "readyz",
+                    "summary": "Readiness: the scheduler loop ran within 3 rounds and the database takes writes",
+                    "security": [],
+                    "responses": {
+                        "200": {"description": "ready", "content": {"application/json": {"schema": ref("Readiness")}}},
+                        "503": {"description": "not ready, with the reason",
+                                "content": {"application/json": {"schema": ref("Readiness")}}},
+                    },
+                },
+            },
         },
     }
 
@@ -377,8 +439,11 @@ def build_app(
     token: str,
     metrics: Metrics | None = None,
     clearinghouse: str = "clearinghouse",
+    readiness: Callable[[], str | None] = lambda: None,
 ) -> "web.Application":
     """The aiohttp application: API routes, the bus hub, the auth and error middleware.
+
+    ``readiness()`` says why ``serve`` is not ready (None: ready), for ``GET /readyz``.
 
     The routes read ``view`` (published by the live clearinghouse) and send commands to the
     ``clearinghouse`` address on ``bus``; they never touch an actor.
@@ -387,6 +452,7 @@ def build_app(
 
     metrics = metrics or Metrics()
     metrics.view = view
+    metrics.hub = hub
     now = bus.clock.now
     metrics.now = now
     if not bus.is_local(API_ADDRESS):
@@ -395,7 +461,7 @@ def build_app(
 
     @web.middleware
     async def guard(request: web.Request, handler):
-        if request.path != "/healthz" and request.path != BUS_PATH:
+        if request.path not in ("/healthz", "/readyz", BUS_PATH):
             if not check_bearer(request.headers.get("Authorization"), token):
                 metrics.rejections.labels("401").inc()
                 return _error(401, "missing or wrong bearer token", "Authorization")
@@ -471,6 +537,11 @@ def build_app(
     async def healthz(request: web.Request) -> web.Response:
         return _respond(request, Health(ok=True, server_id=view.server_id))
 
+    async def readyz(request: web.Request) -> web.Response:
+        reason = readiness()
+        return _respond(request, Readiness(ready=reason is None, server_id=view.server_id, reason=reason),
+                        status=200 if reason is None else 503)
+
     app = web.Application(middlewares=[guard], client_max_size=live.max_body_bytes)
     app.router.add_post("/v1/jobs", submit)
     app.router.add_get("/v1/jobs", list_jobs)
@@ -480,6 +551,7 @@ def build_app(
     app.router.add_get("/metrics", prometheus)
     app.router.add_get("/openapi.json", openapi_json)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get(BUS_PATH, hub.handle)
     app["metrics"] = metrics
     return app

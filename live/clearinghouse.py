@@ -26,6 +26,12 @@ with ``round_mode="timer"`` (docs/architecture.md "Live runtime"). It runs the s
   lease's GPU ids) and ``rdzv_host`` (the address node 0 registered with); only node 0 reports.
   A :class:`StopLease` goes to every node of the gang. ``[live] placement = "spread"`` takes
   GPUs round-robin across nodes, so gangs span nodes even when one node could hold them.
+* **Remote peers** (docs/security.md): :meth:`LiveClearinghouse.check_remote` is the hub's
+  guard. From the network it accepts only a node's own :class:`RegisterGPUs` and
+  :class:`Heartbeat`, and :class:`LeaseReport`/:class:`LeaseProgress` of a lease outstanding on
+  one of that node's GPUs, from the node's current incarnation, with step counts within the
+  job's bounds; a lease is reported once. A node registering with a new incarnation (a
+  restarted worker) has its outstanding leases requeued: the new process never runs them.
 * **Failures**: a job whose leases fail ``max_failures`` times in a row is marked ``failed``
   with the last reason (the job actor's rule); a cancelled job (:class:`CancelJob`) stops.
 
@@ -51,6 +57,8 @@ from actors.kernel.messages import (
     JobSpec,
     Lease,
     LeaseProgress,
+    LeaseReport,
+    LivenessProbe,
     Message,
     NodeLost,
     PredictorRemoveJob,
@@ -67,6 +75,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from actors.kernel.bus import Bus
     from configs.live import LiveConfig
     from workloads.throughputs import ThroughputTable
+
+
+#: GPUs one node may register (a bound on what a peer can claim)
+MAX_GPUS_PER_NODE = 1024
 
 
 class LiveClearinghouse(Clearinghouse):
@@ -126,9 +138,12 @@ class LiveClearinghouse(Clearinghouse):
         self.view.round_duration_s = config.round_duration_s
         self.nodes: dict[str, list[int]] = {}
         self.node_hosts: dict[str, str] = {}
+        self.node_incarnation: dict[str, str] = {}
+        self.reports_accepted: set[int] = set()  # lease ids whose report the hub let through
         self.known_nodes: dict[str, list[int]] = store.nodes()
         self.last_seen: dict[str, float] = {}
         self.job_actors: dict[int, JobActor] = {}
+        self.loop_alive_s = self.clock.now()  # the last LivenessProbe handled
         self.nodes_lost = 0
         self.round_end_s = 0.0
         self.round_start_s: float | None = None
@@ -183,8 +198,11 @@ class LiveClearinghouse(Clearinghouse):
 
     # -- admission --------------------------------------------------------------------------
     def capacity(self) -> int:
-        """The largest scale factor accepted: max(GPUs now, ``expected_gpus``)."""
-        return max(self.num_gpus, self.live.expected_gpus)
+        """The largest scale factor accepted: max(GPUs now, ``expected_gpus``, the GPUs of every
+        node the database knows). After a restart, submissions are accepted (queued) up to the
+        last known size before the workers register again."""
+        known = sum(len(ids) for ids in self.known_nodes.values())
+        return max(self.num_gpus, self.live.expected_gpus, known)
 
     def _job_id_for(self, spec: JobSpec) -> int | None:
         return self._next_job_id  # the cluster numbers live jobs itself
@@ -216,9 +234,76 @@ class LiveClearinghouse(Clearinghouse):
         self.view.publish_job(record)
 
     # -- nodes ------------------------------------------------------------------------------
+    # -- remote peers ---------------------------------------------------------------------------
+    def check_remote(self, peer: str, incarnation: str, msg: Message) -> str | None:
+        """The hub's guard: None when ``msg`` from connection ``(peer, incarnation)`` may be
+        delivered, else the reason it is dropped (a label of the rejected-frames counter).
+
+        The hub has already checked that the connection owns ``msg.src`` (``node/<peer>`` or
+        a ``gpu/<id>`` assigned to the node) and that ``msg.dst`` is a server-side address.
+        """
+        if isinstance(msg, (RegisterGPUs, Heartbeat)):
+            if msg.dst != self.address:
+                return "wrong_destination"
+            if msg.node != peer or msg.src != f"node/{peer}":
+                return "node_is_not_the_sender"
+            if isinstance(msg, RegisterGPUs):
+                if msg.incarnation != incarnation:
+                    return "stale_incarnation"
+                if msg.num_gpus > MAX_GPUS_PER_NODE:
+                    return "too_many_gpus"
+            elif self.node_incarnation.get(peer, incarnation) != incarnation:
+                return "stale_incarnation"
+            return None
+        if isinstance(msg, (LeaseReport, LeaseProgress)):
+            return self._check_lease_message(peer, incarnation, msg)
+        return "not_accepted_from_the_network"
+
+    def _check_lease_message(self, peer: str, incarnation: str, msg) -> str | None:
+        info = self.outstanding.get(msg.lease_id)
+        if info is None:
+            return "lease_not_outstanding"
+        if info.job_id != msg.job_id or msg.dst != f"job/{msg.job_id}":
+            return "lease_job_mismatch"
+        gpu = msg.src.removeprefix("gpu/")
+        if not gpu.isdigit() or int(gpu) not in info.gpu_ids or int(gpu) not in self.nodes.get(peer, ()):
+            return "lease_not_held_by_sender"
+        if self.node_incarnation.get(peer) != incarnation:
+            return "stale_incarnation"
+        record = self.records.get(msg.job_id)
+        if record is None:
+            return "lease_job_mismatch"
+        gang = len(info.gpu_ids)
+        total = record.total_steps
+        # a job's step count may be rescaled by a batch-size change, but never above its
+        # samples (steps at batch size 1); the last step of a gang may overshoot by the gang
+        ceiling = max(total, record.spec.total_steps * record.spec.batch_size) + gang
+        if msg.total_steps is not None and msg.total_steps > ceiling:
+            return "steps_out_of_bounds"
+        if msg.job_steps is not None and msg.job_steps > ceiling:
+            return "steps_out_of_bounds"
+        if isinstance(msg, LeaseReport):
+            if tuple(msg.gpu_ids) != tuple(info.gpu_ids):
+                return "lease_job_mismatch"
+            if msg.lease_id in self.reports_accepted:
+                return "lease_already_reported"
+            if msg.steps > max(0, total - record.steps_done) + gang and msg.job_steps is None:
+                return "steps_out_of_bounds"
+            self.reports_accepted.add(msg.lease_id)
+        return None
+
     @handles(RegisterGPUs)
     def on_register(self, msg: RegisterGPUs) -> None:
         node, now = msg.node, self.clock.now()
+        previous = self.node_incarnation.get(node)
+        if msg.incarnation and previous and previous != msg.incarnation and node in self.nodes:
+            # a restarted worker: its leases died with the previous process
+            gpus = set(self.nodes[node])
+            for lease_id, info in list(self.outstanding.items()):
+                if gpus.intersection(info.gpu_ids):
+                    self.log.warning("lease_of_previous_incarnation", node=node, lease_id=lease_id)
+                    self._drop_lease(lease_id, "requeued", stop=False)
+        self.node_incarnation[node] = msg.incarnation
         self.node_hosts[node] = msg.host
         ids = self.known_nodes.get(node)
         if ids is None or len(ids) != msg.num_gpus:
@@ -308,10 +393,30 @@ class LiveClearinghouse(Clearinghouse):
         interval = self.live.heartbeat_interval_s
         while True:
             await asyncio.sleep(interval)
+            self.mailbox.put_nowait(LivenessProbe(src=self.address, dst=self.address))
             now = self.clock.now()
             for node in [n for n, t in self.last_seen.items() if n in self.nodes and now - t > self.live.heartbeat_timeout_s]:
                 self.last_seen.pop(node, None)
                 self.mailbox.put_nowait(NodeLost(src=self.address, dst=self.address, node=node))
+
+    @handles(LivenessProbe)
+    def on_liveness_probe(self, msg: LivenessProbe) -> None:
+        self.loop_alive_s = self.clock.now()
+
+    def readiness_problem(self) -> str | None:
+        """Why ``serve`` is not ready (``GET /readyz`` answers 503 with it), None when it is: the
+        actor loop must have taken a message within the last 3 rounds (at least 3 heartbeat
+        intervals) and the database must take a write."""
+        if self._stopped or (self._task is not None and self._task.done()):
+            return "the scheduler loop has stopped"
+        limit = 3 * max(self.config.round_duration_s, self.live.heartbeat_interval_s)
+        silent = self.clock.now() - self.loop_alive_s
+        if silent > limit:
+            return f"the scheduler loop has not run for {silent:.1f} s (limit {limit:.1f} s)"
+        problem = self.store.write_problem()
+        if problem is not None:
+            return f"database {self.store.path}: {problem}"
+        return None
 
     @handles(NodeLost)
     def on_node_lost(self, msg: NodeLost) -> None:
@@ -338,6 +443,7 @@ class LiveClearinghouse(Clearinghouse):
     def _drop_lease(self, lease_id: int, state: str, *, stop: bool) -> None:
         """Forget a lease without its report (``state``: ``requeued`` or ``stopped``)."""
         info = self.outstanding.pop(lease_id, None)
+        self.reports_accepted.discard(lease_id)
         if info is None:
             return
         self.store.set_lease_state(lease_id, state)
@@ -356,6 +462,7 @@ class LiveClearinghouse(Clearinghouse):
         self.store.set_meta("next_lease_id", lease.lease_id + 1)
 
     def _lease_reported(self, lease_id: int, lease: LeaseInfo | None) -> None:
+        self.reports_accepted.discard(lease_id)  # no longer outstanding: a repeat is refused as such
         self.store.set_lease_state(lease_id, "done")
 
     @handles(LeaseProgress)

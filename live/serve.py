@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import hmac
 import json
 import signal
 import sys
@@ -36,6 +37,22 @@ def add_parser(sub) -> None:
     p.add_argument("--log-level", default="info", help="structlog level on stderr (default: info)")
 
 
+def credential_problem(live, token: str, cluster_token: str) -> str | None:
+    """Why ``serve`` cannot start with these credentials (None: it can).
+
+    The users' API token and the bus's cluster token must both be set and differ: a user must
+    never be able to join the bus (docs/security.md).
+    """
+    if not token:
+        return f"no API bearer token: set {live.token_env} or [live] token"
+    if not cluster_token:
+        return f"no cluster token for the bus: set {live.cluster_token_env} or [live] cluster_token"
+    if hmac.compare_digest(token.encode(), cluster_token.encode()):
+        return (f"the cluster token ({live.cluster_token_env}) equals the users' API token ({live.token_env}); "
+                "give the bus its own credential")
+    return None
+
+
 def load_live(config_path: str | None):
     """The configuration (default: bundled ``local_cluster.toml``) and its ``[live]`` section.
 
@@ -49,15 +66,18 @@ def load_live(config_path: str | None):
     return cfg, cfg.live
 
 
-async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event | None = None) -> None:
-    """Run ``serve`` until ``stop`` is set (or SIGINT/SIGTERM)."""
+async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
+                     stop: asyncio.Event | None = None) -> None:
+    """Run ``serve`` on the opened :class:`live.store.Store` until ``stop`` is set (or
+    SIGINT/SIGTERM); the store is closed at the end.
+
+    ``token`` guards the HTTP API, ``cluster_token`` the bus (:func:`credential_problem`)."""
     import structlog
     from aiohttp import web
 
     from live.api import Metrics, build_app
     from actors.kernel.bus import Bus
     from live.clearinghouse import LiveClearinghouse
-    from live.store import Store
     from actors.kernel.transport_ws import HubTransport
     from market.registry import uses_predictor
     from sim_clock import WallClock
@@ -77,14 +97,16 @@ async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event
         table = ThroughputTable.load(cfg.path(live.throughputs))
     policy = cfg.build_policy(live.policy, live=True)
     rounds = dataclasses.replace(cfg.rounds, round_mode="timer")
+    guards: list = []  # the clearinghouse's check_remote, once it exists (before the first frame)
     hub = HubTransport(
-        token, heartbeat_s=live.heartbeat_interval_s, dedupe_window=live.dedupe_window,
+        cluster_token, guard=lambda peer, incarnation, msg: guards[0](peer, incarnation, msg),
+        heartbeat_s=live.heartbeat_interval_s, dedupe_window=live.dedupe_window,
         outbox_limit=live.outbox_limit, resend_window_s=2 * live.heartbeat_interval_s,
     )
     bus = Bus(WallClock(), hub, first_id=time.time_ns() // 1000)
     hub.attach(bus)
     bus.on_undeliverable = lambda dst, msg: log.info("undeliverable", dst=dst, message=type(msg).__name__)
-    store = Store(db_path)
+    db_path = store.path
     metrics = Metrics()
     server_id = uuid.uuid4().hex[:12]
     actors = []
@@ -107,9 +129,11 @@ async def serve_main(cfg, live, token: str, db_path: str, *, stop: asyncio.Event
                 on_gpus_assigned=lambda via, ids: [hub.alias(f"gpu/{g}", via) for g in ids],
                 on_round_done=metrics.observe_round,
             )
+            guards.append(ch.check_remote)
             unfinished = ch.restore()
             spawn(ch)
-            app = build_app(ch.view, bus, hub, live, token, metrics, clearinghouse=ch.address)
+            app = build_app(ch.view, bus, hub, live, token, metrics, clearinghouse=ch.address,
+                            readiness=ch.readiness_problem)
             runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await runner.setup()
             site = web.TCPSite(runner, live.host, live.port, reuse_address=True)
@@ -143,10 +167,18 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, UnknownPolicyError, ValueError) as exc:
         print(f"shockwave: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    token = live.resolved_token()
-    if not token:
-        print(f"shockwave: error: no bearer token: set {live.token_env} or [live] token", file=sys.stderr)
+    token, cluster_token = live.resolved_token(), live.resolved_cluster_token()
+    problem = credential_problem(live, token, cluster_token)
+    if problem:
+        print(f"shockwave: error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from live.store import Store, StoreError
+
     db_path = args.db or live.database  # relative to the working folder
-    asyncio.run(serve_main(cfg, live, token, db_path))
+    try:
+        store = Store(db_path)  # PRAGMA quick_check and a write probe: refuse a bad file up front
+    except StoreError as exc:
+        print(f"shockwave: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    asyncio.run(serve_main(cfg, live, token, store, cluster_token=cluster_token))
     return 0

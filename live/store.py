@@ -64,6 +64,23 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 """
 
+class StoreError(Exception):
+    """The database cannot be used: ``path`` and the cause, in one line."""
+
+    def __init__(self, path: str, cause: str) -> None:
+        super().__init__(f"database {path}: {cause}")
+        self.path, self.cause = path, cause
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if "not a database" in text or "malformed" in text:
+        return f"the database is corrupted ({text})"
+    if "readonly" in text or "read-only" in text or "Permission denied" in text or "unable to open" in text:
+        return f"the database is not writable ({text})"
+    return text
+
+
 _spec_encoder = msgspec.msgpack.Encoder()
 _spec_decoder = msgspec.msgpack.Decoder(JobSpec)
 
@@ -97,15 +114,39 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            check = self.db.execute("PRAGMA quick_check").fetchall()
+            if check != [("ok",)]:
+                problems = " ".join(" ".join(str(row[0]).split()) for row in check[:3])
+                self.db.close()
+                raise StoreError(self.path, f"the database is corrupted (PRAGMA quick_check: {problems})")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(self.path, _cause(exc)) from None
+        problem = self.write_problem()
+        if problem is not None:
+            self.db.close()
+            raise StoreError(self.path, problem)
 
     def close(self) -> None:
         self.db.close()
+
+    def write_problem(self) -> str | None:
+        """Why the database cannot take a write now (None: it can). Writes nothing."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('__write_probe__', 0)")
+            finally:
+                self.db.execute("ROLLBACK")
+        except (sqlite3.Error, OSError) as exc:
+            return _cause(exc)
+        return None
 
     # -- counters ---------------------------------------------------------------------------
     def get_meta(self, key: str, default: int = 0) -> int:

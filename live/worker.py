@@ -81,7 +81,8 @@ class NodeAgent(Actor):
     def register(self) -> None:
         """Send :class:`RegisterGPUs` (called on every connection)."""
         host = getattr(self.backend, "advertise_host", "")
-        self.send(RegisterGPUs(dst="clearinghouse", node=self.name, num_gpus=self.num_gpus, host=host))
+        self.send(RegisterGPUs(dst="clearinghouse", node=self.name, num_gpus=self.num_gpus, host=host,
+                               incarnation=self.transport.incarnation))
 
     def hold(self, dst: str, msg: Message) -> None:
         """Keep mail for a GPU actor not created yet (it is delivered after registration)."""
@@ -212,9 +213,10 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus < 1:
         print(f"shockwave: error: --gpus must be at least 1, got {args.gpus}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    token = live.resolved_token()
+    token = live.resolved_cluster_token()  # the bus credential, never the users' API token
     if not token:
-        print(f"shockwave: error: no bearer token: set {live.token_env} or [live] token", file=sys.stderr)
+        print(f"shockwave: error: no cluster token for the bus: set {live.cluster_token_env} or [live] cluster_token",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     name = args.name or socket.gethostname()
     asyncio.run(worker_main(cfg, live, token, name=name, num_gpus=args.gpus, server=args.server or live.server_url,

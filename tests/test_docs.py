@@ -91,7 +91,7 @@ def test_quick_start_runs_as_pasted(tmp_path):
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     if not (tmp_path / ".venv" / "bin" / "activate").is_file():
         pytest.skip("tests are not running from a virtual environment")
-    env = {k: v for k, v in os.environ.items() if k not in ("SHOCKWAVE_TOKEN", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("SHOCKWAVE_TOKEN", "SHOCKWAVE_CLUSTER_TOKEN", "VIRTUAL_ENV")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     log = tmp_path / "quick_start.log"
     with log.open("w") as sink:  # serve and the workers keep it open: wait for bash, not for EOF

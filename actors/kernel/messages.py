@@ -192,6 +192,7 @@ class RegisterGPUs(Message, tag="register_gpus"):
     node: str
     num_gpus: PosInt
     host: str = ""  # where other nodes reach this one (rendezvous of gangs spanning nodes)
+    incarnation: str = ""  # the worker process's id (a new one per start: its leases die with it)
 
 
 class GPUsRegistered(Message, tag="gpus_registered"):
@@ -228,6 +229,11 @@ class NodeLost(Message, tag="node_lost"):
     node: str
 
 
+class LivenessProbe(Message, tag="liveness_probe"):
+    """Clearinghouse's monitor -> clearinghouse, every heartbeat interval: handling it proves the
+    actor loop takes messages (``GET /readyz``)."""
+
+
 class CancelResult(Message, tag="cancel_result"):
     """Clearinghouse -> API: the job's state after a :class:`CancelJob`."""
 
@@ -236,10 +242,12 @@ class CancelResult(Message, tag="cancel_result"):
 
 
 class Announce(Message, tag="announce"):
-    """Process -> WebSocket hub (``dst="hub"``): ``peer`` owns ``addresses`` (live transport)."""
+    """Process -> WebSocket hub (``dst="hub"``): ``peer`` asks to own ``addresses`` (live
+    transport); ``incarnation`` is the process's id, new at every start."""
 
     peer: str
     addresses: list[str]
+    incarnation: str = ""
 
 
 class RoundTick(Message, tag="round_tick"):
@@ -272,6 +280,7 @@ AnyMessage = Union[
     CancelJob,
     CancelResult,
     NodeLost,
+    LivenessProbe,
     Announce,
     RoundTick,
     Shutdown,

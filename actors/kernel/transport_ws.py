@@ -4,15 +4,25 @@ docs/architecture.md "Bus and messages". Both ends plug into :class:`actors.kern
 ``Transport`` protocol (``owns(address)``, ``forward(dst, data)``):
 
 * :class:`HubTransport` runs inside ``serve`` as the aiohttp route ``GET /v1/bus``. A peer
-  announces the addresses it owns with an :class:`~actors.kernel.messages.Announce` frame (``dst``
-  ``"hub"``); the hub then forwards frames for those addresses to that peer's socket.
+  announces its name and incarnation with an :class:`~actors.kernel.messages.Announce` frame
+  (``dst`` ``"hub"``); the hub then forwards frames for the addresses that connection owns to
+  its socket.
 * :class:`ClientTransport` runs in every other process (``worker``). Every address that is not
   local goes to the hub. It reconnects with exponential backoff and jitter and announces its
   addresses again on every connection.
 
-Wire: one MessagePack-encoded message per binary frame (no extra framing). A bearer token is
-required on the upgrade request and compared with :func:`hmac.compare_digest`. aiohttp's
-WebSocket heartbeat (ping/pong) closes dead connections.
+Wire: one MessagePack-encoded message per binary frame (no extra framing). A bearer token (the
+cluster token, never a user's) is required on the upgrade request and compared with
+:func:`hmac.compare_digest`. aiohttp's WebSocket heartbeat (ping/pong) closes dead connections.
+
+Identities (docs/security.md): a connection owns ``peer/<name>`` and ``node/<name>`` of the name
+it announced, and the ``gpu/<id>`` addresses the clearinghouse assigned to that node
+(:meth:`HubTransport.alias`); it can never own a server-side address nor a name another live
+connection holds (that connection is closed with code 4409). Every frame from a peer is decoded
+and must come from an address its connection owns and go to a server-side address, and the
+``guard`` (the clearinghouse's rules per message type) must accept it; anything else is dropped,
+logged and counted by reason (:attr:`HubTransport.rejected_frames`). A new incarnation of a peer
+(a restarted worker) gets none of the frames queued for the previous one.
 
 Delivery: frames to a peer that is disconnected wait in a bounded outbox and go out when it
 reconnects; the frames sent in the last ``resend_window_s`` are sent again after a reconnect
@@ -25,14 +35,16 @@ from __future__ import annotations
 import asyncio
 import hmac
 import random
+import re
 import time
-from collections import OrderedDict, deque
+import uuid
+from collections import Counter, OrderedDict, deque
 from typing import TYPE_CHECKING, Callable
 
 import msgspec
 import structlog
 
-from actors.kernel.messages import Announce, encode
+from actors.kernel.messages import Announce, Message, MessageDecodeError, decode, encode
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
@@ -44,6 +56,16 @@ log = structlog.get_logger()
 HUB_ADDRESS = "hub"
 BUS_PATH = "/v1/bus"
 MAX_FRAME_BYTES = 16 << 20
+#: a peer's name: what ``worker --name`` may be
+PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+#: WebSocket close codes of the hub: the name is held by another live connection; a bad announce
+CLOSE_PEER_IN_USE = 4409
+CLOSE_BAD_ANNOUNCE = 4400
+#: seconds a new connection has to announce itself before the hub closes it
+ANNOUNCE_TIMEOUT_S = 10.0
+
+#: ``guard(peer, incarnation, message)`` -> None to accept, else the reason to reject
+Guard = Callable[[str, str, Message], "str | None"]
 
 
 class _Envelope(msgspec.Struct):
@@ -95,10 +117,13 @@ def check_bearer(header: str | None, token: str) -> bool:
 
 
 class _Link:
-    """One direction of frames to one socket: outbox, recent frames, writer task."""
+    """One direction of frames to one socket: outbox, recent frames, writer task; on the hub
+    also the peer's incarnation and the addresses its connection owns."""
 
-    def __init__(self, name: str, outbox_limit: int, resend_window_s: float) -> None:
+    def __init__(self, name: str, outbox_limit: int, resend_window_s: float, incarnation: str = "") -> None:
         self.name = name
+        self.incarnation = incarnation
+        self.owned: set[str] = {f"peer/{name}", f"node/{name}"}
         self.outbox: deque[bytes] = deque()
         self.recent: deque[tuple[float, bytes]] = deque()
         self.outbox_limit = outbox_limit
@@ -146,7 +171,9 @@ class HubTransport:
     """The hub (``serve`` side). Call :meth:`attach` with the bus, mount :meth:`handle` at ``/v1/bus``.
 
     Args:
-        token: the bearer token peers must present.
+        token: the cluster token peers must present.
+        guard: accepts or rejects each decoded frame of a peer (see :data:`Guard`); the
+            identity checks of the module docstring come first.
         heartbeat_s: WebSocket ping interval.
         dedupe_window: keys remembered for duplicate detection.
         outbox_limit: frames kept per disconnected peer (oldest dropped beyond it).
@@ -157,12 +184,14 @@ class HubTransport:
         self,
         token: str,
         *,
+        guard: Guard,
         heartbeat_s: float = 1.0,
         dedupe_window: int = 4096,
         outbox_limit: int = 10000,
         resend_window_s: float = 2.0,
     ) -> None:
         self.token = token
+        self.guard = guard
         self.heartbeat_s = heartbeat_s
         self.dedupe = DedupeWindow(dedupe_window)
         self.outbox_limit = outbox_limit
@@ -171,7 +200,9 @@ class HubTransport:
         self.links: dict[str, _Link] = {}
         self.bus: Bus | None = None
         self.frames_in = 0
-        self.rejected = 0
+        self.rejected = 0  # upgrade requests without the cluster token
+        self.rejected_frames: Counter[str] = Counter()  # reason -> frames dropped
+        self.stale_frames_dropped = 0  # queued for a previous incarnation of a peer
         self.on_peer_announce: Callable[[str, list[str]], None] | None = None
 
     def attach(self, bus: "Bus") -> None:
@@ -186,17 +217,51 @@ class HubTransport:
 
     # -- routing ------------------------------------------------------------------------------
     def alias(self, address: str, via: str) -> None:
-        """Route ``address`` to the peer that owns ``via`` (e.g. a node's new GPU addresses)."""
+        """Route ``address`` to the peer that owns ``via`` (the clearinghouse gives a node's GPU
+        addresses to the connection that registered it); that connection now owns it."""
         peer = self.routes.get(via)
-        if peer is not None:
-            self.routes[address] = peer
+        if peer is None:
+            return
+        previous = self.routes.get(address)
+        if previous is not None and previous != peer and previous in self.links:
+            self.links[previous].owned.discard(address)
+        self.routes[address] = peer
+        self.links[peer].owned.add(address)
 
     def drop_routes(self, addresses: list[str]) -> None:
         for address in addresses:
-            self.routes.pop(address, None)
+            peer = self.routes.pop(address, None)
+            if peer in self.links:
+                self.links[peer].owned.discard(address)
 
     def connected_peers(self) -> list[str]:
         return [name for name, link in self.links.items() if link.ws is not None and not link.ws.closed]
+
+    def _reject(self, reason: str, **fields) -> None:
+        self.rejected_frames[reason] += 1
+        log.warning("bus_frame_rejected", reason=reason, **fields)
+
+    def _bind(self, msg: Announce, ws) -> _Link | str:
+        """The link of a connection's first announce, or why the announce is refused."""
+        if not PEER_NAME.match(msg.peer):
+            return "bad_peer_name"
+        link = self.links.get(msg.peer)
+        if link is not None and link.ws is not None and link.ws is not ws and not link.ws.closed:
+            return "peer_in_use"
+        if link is not None and link.incarnation != msg.incarnation:
+            # a restarted process: what was queued or recently sent was for the dead one
+            self.stale_frames_dropped += len(link.outbox)
+            for address in [a for a, p in self.routes.items() if p == msg.peer and a.startswith("gpu/")]:
+                del self.routes[address]  # until the clearinghouse assigns them again
+            link = None
+        if link is None:
+            link = self.links[msg.peer] = _Link(msg.peer, self.outbox_limit, self.resend_window_s, msg.incarnation)
+        else:
+            link.requeue_recent()
+        link.ws = ws
+        for address in (f"peer/{msg.peer}", f"node/{msg.peer}"):
+            self.routes[address] = msg.peer
+        return link
 
     # -- the WebSocket endpoint ---------------------------------------------------------------
     async def handle(self, request: "web.Request") -> "web.StreamResponse":
@@ -209,6 +274,10 @@ class HubTransport:
         await ws.prepare(request)
         link: _Link | None = None
         writer: asyncio.Task | None = None
+        remote = request.remote
+        closer = asyncio.get_running_loop().call_later(
+            ANNOUNCE_TIMEOUT_S, lambda: link is None and asyncio.ensure_future(ws.close(code=CLOSE_BAD_ANNOUNCE))
+        )
         try:
             async for frame in ws:
                 if frame.type != WSMsgType.BINARY:
@@ -217,39 +286,51 @@ class HubTransport:
                     continue
                 data = frame.data
                 self.frames_in += 1
-                env = peek(data)
-                if env is None:
-                    log.warning("bus_bad_frame", bytes=len(data))
+                try:
+                    msg = decode(data)
+                except MessageDecodeError as exc:
+                    self._reject("malformed", remote=remote, error=str(exc)[:200])
                     continue
-                if env.msg_id and self.dedupe.seen((env.src, env.msg_id)):
-                    continue
-                if env.type == "announce" and env.dst == HUB_ADDRESS:
-                    from actors.kernel.messages import decode
-
-                    try:
-                        msg = decode(data)
-                    except ValueError as exc:
-                        log.warning("bus_bad_announce", error=str(exc))
-                        continue
-                    assert isinstance(msg, Announce)
+                if isinstance(msg, Announce) and msg.dst == HUB_ADDRESS:
                     if link is None:
-                        link = self.links.get(msg.peer)
-                        if link is None:
-                            link = self.links[msg.peer] = _Link(msg.peer, self.outbox_limit, self.resend_window_s)
-                        else:
-                            if link.ws is not None and link.ws is not ws and not link.ws.closed:
-                                await link.ws.close()
-                            link.requeue_recent()
-                        link.ws = ws
-                        writer = asyncio.create_task(link.write(ws), name=f"hub-writer-{msg.peer}")
+                        bound = self._bind(msg, ws)
+                        if isinstance(bound, str):
+                            self._reject(bound, remote=remote, peer=msg.peer[:64])
+                            await ws.close(code=CLOSE_PEER_IN_USE if bound == "peer_in_use" else CLOSE_BAD_ANNOUNCE,
+                                           message=bound.encode())
+                            break
+                        link = bound
+                        closer.cancel()
+                        writer = asyncio.create_task(link.write(ws), name=f"hub-writer-{link.name}")
                         link.wake.set()
-                    for address in msg.addresses:
-                        self.routes[address] = msg.peer
+                    elif (msg.peer, msg.incarnation) != (link.name, link.incarnation):
+                        self._reject("announce_changes_identity", peer=link.name)
+                        continue
+                    refused = [a for a in msg.addresses if a not in link.owned and not a.startswith("gpu/")]
+                    if refused:  # GPU addresses come from the clearinghouse's registration, not from here
+                        self._reject("address_refused", peer=link.name, addresses=refused[:8])
                     if self.on_peer_announce is not None:
-                        self.on_peer_announce(msg.peer, list(msg.addresses))
+                        self.on_peer_announce(link.name, sorted(link.owned))
                     continue
-                self._deliver(env.dst, data)
+                if link is None:
+                    self._reject("not_announced", remote=remote, message=type(msg).__name__)
+                    continue
+                if msg.src not in link.owned:
+                    self._reject("sender_not_owned", peer=link.name, src=msg.src[:100], message=type(msg).__name__)
+                    continue
+                assert self.bus is not None
+                if not self.bus.is_local(msg.dst):
+                    self._reject("destination_not_served", peer=link.name, dst=msg.dst[:100], message=type(msg).__name__)
+                    continue
+                reason = self.guard(link.name, link.incarnation, msg)
+                if reason is not None:
+                    self._reject(reason, peer=link.name, message=type(msg).__name__)
+                    continue
+                if msg.msg_id and self.dedupe.seen((msg.src, msg.msg_id)):
+                    continue
+                self._deliver(msg.dst, data)
         finally:
+            closer.cancel()
             if writer is not None:
                 writer.cancel()
             if link is not None and link.ws is ws:
@@ -275,6 +356,11 @@ class ClientTransport:
         reconnect_initial_s, reconnect_max_s: backoff bounds; the delay doubles per failed
             attempt up to the maximum and is multiplied by a random factor in [0.5, 1.5).
         on_connect: called after each (re)connection, once the announce frame went out.
+
+    ``incarnation`` is new for every transport (every process start); the hub gives a new
+    incarnation none of the frames queued for an earlier one. A connection that ends in any way
+    (the hub closing it, a reset while answering a ping, a refused name) is retried with backoff;
+    only :meth:`close` ends :meth:`run`.
     """
 
     def __init__(
@@ -306,6 +392,8 @@ class ClientTransport:
         self.failed_attempts = 0
         self._closing = False
         self._ws = None
+        self.incarnation = uuid.uuid4().hex
+        self.connection_errors = 0
 
     def attach(self, bus: "Bus") -> None:
         self.bus = bus
@@ -332,6 +420,7 @@ class ClientTransport:
             sent_at=self.bus.clock.now(),
             peer=self.peer,
             addresses=self.bus.local_addresses(),
+            incarnation=self.incarnation,
         )
         return encode(msg)
 
@@ -362,19 +451,29 @@ class ClientTransport:
                     log.info("bus_connect_failed", url=self.url, error=str(exc) or type(exc).__name__, retry_in_s=round(delay, 3))
                     await asyncio.sleep(delay)
                     continue
-                attempt = 0
                 self.connections += 1
-                await self._serve(ws)
+                started = time.monotonic()
+                try:
+                    await self._serve(ws)
+                except (aiohttp.ClientError, ConnectionError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
+                    # e.g. answering a ping on a socket the restarted hub is closing: reconnect
+                    self.connection_errors += 1
+                    log.info("bus_connection_error", url=self.url, error=str(exc) or type(exc).__name__)
+                refused = ws.close_code is not None and ws.close_code >= 4000
+                if refused:
+                    log.warning("bus_connection_refused", url=self.url, code=ws.close_code)
+                # a connection that was refused or did not last keeps backing off
+                attempt = attempt + 1 if refused or time.monotonic() - started < self.reconnect_max_s else 0
                 if not self._closing:
-                    await asyncio.sleep(self.backoff_s(0))
+                    await asyncio.sleep(self.backoff_s(attempt))
 
     async def _serve(self, ws) -> None:
         from aiohttp import WSMsgType
 
-        self._ws = ws
         if self.connections > 1:
             self.link.requeue_recent()
         await ws.send_bytes(self._announce_frame())
+        self._ws = ws
         writer = asyncio.create_task(self.link.write(ws), name=f"client-writer-{self.peer}")
         self.link.wake.set()
         self.connected.set()
@@ -391,7 +490,10 @@ class ClientTransport:
             self._ws = None
             writer.cancel()
             if not ws.closed:
-                await ws.close()
+                try:
+                    await ws.close()
+                except (ConnectionError, OSError, RuntimeError):
+                    pass
             log.info("bus_disconnected", url=self.url)
 
     def _receive(self, data: bytes) -> None:

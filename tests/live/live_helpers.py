@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 TOKEN = "test-token-123"
+CLUSTER_TOKEN = "test-cluster-token-456"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,7 +52,7 @@ expected_gpus = {expected_gpus}
 
 
 def env() -> dict:
-    e = dict(os.environ, SHOCKWAVE_TOKEN=TOKEN, PYTHONPATH=str(ROOT))
+    e = dict(os.environ, SHOCKWAVE_TOKEN=TOKEN, SHOCKWAVE_CLUSTER_TOKEN=CLUSTER_TOKEN, PYTHONPATH=str(ROOT))
     return e
 
 
