@@ -326,7 +326,7 @@ class HubTransport:
                 if reason is not None:
                     self._reject(reason, peer=link.name, message=type(msg).__name__)
                     continue
-                if msg.msg_id and self.dedupe.seen((msg.src, msg.msg_id)):
+                if msg.msg_id and self.dedupe.seen((f"{link.incarnation}:{msg.src}", msg.msg_id)):
                     continue
                 self._deliver(msg.dst, data)
         finally:
