@@ -3,8 +3,11 @@
 Routes (docs/live_cluster.md has curl examples):
 
 =========================  ===============================================================
-``POST /v1/jobs``          submit a :class:`JobRequest` (JSON or ``application/msgpack``) → 201
-``GET /v1/jobs``           every job (:class:`JobList`)
+``POST /v1/jobs``          submit a :class:`JobRequest` (JSON or ``application/msgpack``) → 201;
+                           an ``Idempotency-Key`` header makes retries safe (same key and body:
+                           the same job, ``Idempotent-Replayed: true``; another body: 409)
+``GET /v1/jobs``           a page of jobs (:class:`JobList`): ``?limit=`` (1..1000, default 100),
+                           ``&cursor=`` (the previous page's ``next_cursor``), ``&state=``
 ``GET /v1/jobs/{id}``      one job (:class:`live.read_model.JobStatus`)
 ``DELETE /v1/jobs/{id}``   cancel a job → its status
 ``GET /v1/cluster``        nodes, GPUs, current round and placement (:class:`ClusterStatus`)
@@ -24,9 +27,10 @@ request's ``Accept`` names ``application/msgpack``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Mapping
 
 import msgspec
 from msgspec import Meta, Struct
@@ -84,7 +88,11 @@ class Submitted(Struct, kw_only=True):
 
 
 class JobList(Struct, kw_only=True):
+    """``GET /v1/jobs``: one page of jobs in id order; ``next_cursor`` continues it (None: the
+    last page)."""
+
     jobs: list[JobStatus]
+    next_cursor: str | None = None
 
 
 class NodeInfo(Struct, kw_only=True):
@@ -259,6 +267,55 @@ def to_spec(req: JobRequest, capacity: int) -> JobSpec:
     )
 
 
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
+JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
+
+
+_CURSOR = re.compile(r"c[0-9a-f]{1,16}")
+
+
+def encode_cursor(job_id: int) -> str:
+    """The opaque cursor of ``GET /v1/jobs`` that continues after ``job_id`` (clients must not
+    build one: its form may change)."""
+    return f"c{job_id:x}"
+
+
+def page_query(query: Mapping[str, str]) -> tuple[int, int | None, str | None]:
+    """``(limit, after job id, state)`` of ``GET /v1/jobs?limit=&cursor=&state=``.
+
+    Raises:
+        ApiError: 422 naming ``limit`` (not an integer in 1..1000), ``cursor`` (not one this
+            server made) or ``state`` (not a job state).
+    """
+    raw = query.get("limit", str(DEFAULT_PAGE))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise ApiError(422, f"limit must be an integer from 1 to {MAX_PAGE}, got {raw[:20]!r}", "limit")
+    after = None
+    cursor = query.get("cursor")
+    if cursor is not None:
+        if not _CURSOR.fullmatch(cursor):
+            raise ApiError(422, "cursor is not a cursor of this API (use next_cursor of the previous page)", "cursor")
+        after = int(cursor[1:], 16)
+    state = query.get("state")
+    if state is not None and state not in JOB_STATES:
+        raise ApiError(422, f"state must be one of {', '.join(JOB_STATES)}", "state")
+    return int(raw), after, state
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def idempotency_key(value: str | None) -> str:
+    """The ``Idempotency-Key`` header's value ("" when absent). Raises ApiError 400 unless it is
+    1 to 255 visible ASCII characters."""
+    if value is None:
+        return ""
+    if not _KEY.fullmatch(value):
+        raise ApiError(400, f"{IDEMPOTENCY_HEADER} must be 1 to 255 visible ASCII characters", IDEMPOTENCY_HEADER)
+    return value
+
+
 def _job_id(request: "web.Request") -> int:
     raw = request.match_info["job_id"]
     try:
@@ -315,8 +372,9 @@ class Metrics:
             yield rejected
             yield CounterMetricFamily("shockwave_bus_connections_refused",
                                       "Bus upgrade requests without the cluster token", value=self.hub.rejected)
-        rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per job", labels=["job_id"])
-        for status in view.job_list(self.now()):
+        rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per queued or running job",
+                                labels=["job_id"])
+        for status in view.active_jobs(self.now()):  # bounded label set: finished jobs leave it
             if status.rho is not None:
                 rho.add_metric([str(status.job_id)], status.rho)
         yield rho
@@ -363,18 +421,32 @@ def openapi_document() -> dict:
                 "post": {
                     "operationId": "submitJob",
                     "summary": "Submit a job",
+                    "parameters": [{"name": IDEMPOTENCY_HEADER, "in": "header", "required": False,
+                                    "description": "names the submission: a retry with the same key and body "
+                                                   "returns the same job; another body gets 409",
+                                    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"}}],
                     "requestBody": {"required": True, "content": body("JobRequest")},
                     "responses": {
                         "201": {"description": "accepted", "content": body("Submitted")},
                         "400": err("malformed body"), **auth, "413": err("body too large"),
-                        "415": err("unsupported content type"), "409": err("scale_factor above the cluster's GPUs"),
+                        "415": err("unsupported content type"), "409": err("scale_factor above the cluster's GPUs, or an Idempotency-Key used with another body"),
                         "422": err("invalid job (field named)"),
                     },
                 },
                 "get": {
                     "operationId": "listJobs",
-                    "summary": "Every job",
-                    "responses": {"200": {"description": "jobs", "content": body("JobList")}, **auth},
+                    "summary": "A page of jobs in id order",
+                    "parameters": [
+                        {"name": "limit", "in": "query", "required": False,
+                         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": DEFAULT_PAGE}},
+                        {"name": "cursor", "in": "query", "required": False,
+                         "schema": {"type": "string", "pattern": "^c[0-9a-f]{1,16}$"},
+                         "description": "next_cursor of the previous page (opaque)"},
+                        {"name": "state", "in": "query", "required": False,
+                         "schema": {"type": "string", "enum": list(JOB_STATES)}},
+                    ],
+                    "responses": {"200": {"description": "jobs", "content": body("JobList")}, **auth,
+                                  "422": err("bad limit, cursor or state")},
                 },
             },
             "/v1/jobs/{job_id}": {
@@ -479,16 +551,30 @@ def build_app(
             raise
 
     async def submit(request: web.Request) -> web.Response:
+        key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
         raw = await _read_body(request, live.max_body_bytes)
         req = parse_job_request(raw, request.headers.get("Content-Type", ""))
         spec = to_spec(req, view.capacity)
-        reply = await bus.request(SubmitJob(src=API_ADDRESS, dst=clearinghouse, spec=spec), timeout=30.0)
+        digest = hashlib.sha256(_json.encode(req)).hexdigest() if key else ""
+        reply = await bus.request(SubmitJob(src=API_ADDRESS, dst=clearinghouse, spec=spec, idempotency_key=key,
+                                            request_hash=digest), timeout=30.0)
         assert isinstance(reply, JobAccepted)
+        if reply.conflict:
+            raise ApiError(409, f"{IDEMPOTENCY_HEADER} {key!r} was used for job {reply.job_id} with another body",
+                           IDEMPOTENCY_HEADER)
+        if reply.replayed:
+            status = view.job(reply.job_id, now())
+            response = _respond(request, Submitted(job_id=reply.job_id, state=status.state if status else "queued"),
+                                status=201)
+            response.headers["Idempotent-Replayed"] = "true"
+            return response
         metrics.submissions.inc()
         return _respond(request, Submitted(job_id=reply.job_id, state="queued"), status=201)
 
     async def list_jobs(request: web.Request) -> web.Response:
-        return _respond(request, JobList(jobs=view.job_list(now())))
+        limit, after, state = page_query(request.query)
+        jobs, last = view.job_page(now(), after=after, limit=limit, state=state)
+        return _respond(request, JobList(jobs=jobs, next_cursor=encode_cursor(last) if last is not None else None))
 
     async def get_job(request: web.Request) -> web.Response:
         job_id = _job_id(request)

@@ -42,6 +42,7 @@ Job states: ``queued`` (waiting for a lease), ``running`` (holds a lease), ``com
 from __future__ import annotations
 
 import asyncio
+import hmac
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import msgspec
@@ -54,6 +55,7 @@ from actors.kernel.messages import (
     CancelResult,
     GPUsRegistered,
     Heartbeat,
+    JobAccepted,
     JobSpec,
     Lease,
     LeaseProgress,
@@ -65,6 +67,7 @@ from actors.kernel.messages import (
     RegisterGPUs,
     RoundTick,
     StopLease,
+    SubmitJob,
 )
 from live.read_model import ReadModel
 from live.store import Store
@@ -141,6 +144,8 @@ class LiveClearinghouse(Clearinghouse):
         self.node_incarnation: dict[str, str] = {}
         self.reports_accepted: set[int] = set()  # lease ids whose report the hub let through
         self.known_nodes: dict[str, list[int]] = store.nodes()
+        self.idempotency: dict[str, tuple[int, str]] = store.idempotency_keys()  # key -> (job_id, hash)
+        self._submission_key: tuple[str, str] | None = None
         self.last_seen: dict[str, float] = {}
         self.job_actors: dict[int, JobActor] = {}
         self.loop_alive_s = self.clock.now()  # the last LivenessProbe handled
@@ -204,6 +209,25 @@ class LiveClearinghouse(Clearinghouse):
         known = sum(len(ids) for ids in self.known_nodes.values())
         return max(self.num_gpus, self.live.expected_gpus, known)
 
+    @handles(SubmitJob)
+    def on_submit(self, msg: SubmitJob) -> None:
+        """As the simulation's, with idempotency: a known ``Idempotency-Key`` makes no new job;
+        it answers the first job, ``replayed`` when the body is the same, ``conflict`` otherwise."""
+        key = msg.idempotency_key
+        if key:
+            known = self.idempotency.get(key)
+            if known is not None:
+                job_id, digest = known
+                same = hmac.compare_digest(digest, msg.request_hash)
+                if msg.src:
+                    self.reply(msg, JobAccepted(job_id=job_id, replayed=same, conflict=not same))
+                return
+            self._submission_key = (key, msg.request_hash)
+        try:
+            super().on_submit(msg)
+        finally:
+            self._submission_key = None
+
     def _job_id_for(self, spec: JobSpec) -> int | None:
         return self._next_job_id  # the cluster numbers live jobs itself
 
@@ -218,7 +242,10 @@ class LiveClearinghouse(Clearinghouse):
     def _job_changed(self, record: JobRecord, *, new: bool = False) -> None:
         """Persist the record (a new job is committed before it is acknowledged), then publish it."""
         if new:
-            self.store.add_job(record.job_id, record.spec, record.arrival_s, record.throughput)
+            key = self._submission_key
+            self.store.add_job(record.job_id, record.spec, record.arrival_s, record.throughput, idempotency=key)
+            if key is not None:
+                self.idempotency[key[0]] = (record.job_id, key[1])
             self.store.set_meta("next_job_id", self._next_job_id)
         else:
             self.store.update_job(

@@ -8,6 +8,8 @@ and the shell sees a consistent projection of it (ARCHITECTURE "one round step",
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -67,6 +69,9 @@ class ReadModel:
     placement: dict[int, tuple[int, ...]] = field(default_factory=dict)
     nodes_lost: int = 0
     _active: int = 0
+    #: every job id in increasing order, and the ids per state (pages of GET /v1/jobs)
+    _ids: list[int] = field(default_factory=list)
+    _by_state: dict[str, set[int]] = field(default_factory=dict)
 
     # -- writing (the live clearinghouse) ----------------------------------------------------
     def publish_job(self, record: "JobRecord") -> None:
@@ -88,6 +93,14 @@ class ReadModel:
             status.rho = old.rho if old is not None and not was_active else None
             if was_active and status.state != "cancelled" and record.finish_s is not None:
                 status.rho = self._rho(status, record.finish_s, self._active)
+        if old is None:
+            if self._ids and record.job_id < self._ids[-1]:
+                bisect.insort(self._ids, record.job_id)
+            else:
+                self._ids.append(record.job_id)
+        elif old.state != status.state:
+            self._by_state.get(old.state, set()).discard(record.job_id)
+        self._by_state.setdefault(status.state, set()).add(record.job_id)
         self.jobs[record.job_id] = status
 
     def lease_progress(self, job_id: int, steps_done: int, total_steps: int | None, batch_size: int) -> None:
@@ -116,7 +129,37 @@ class ReadModel:
 
     def job_list(self, now: float) -> list[JobStatus]:
         """Every job in id order, with ρ so far (linear in the number of jobs)."""
-        return [s for s in (self.job(j, now) for j in sorted(self.jobs)) if s is not None]
+        return [s for s in (self.job(j, now) for j in self._ids) if s is not None]
+
+    def active_jobs(self, now: float) -> list[JobStatus]:
+        """The queued and running jobs in id order, with ρ so far."""
+        ids = sorted(self._by_state.get("queued", set()) | self._by_state.get("running", set()))
+        return [s for s in (self.job(j, now) for j in ids) if s is not None]
+
+    def job_page(self, now: float, *, after: int | None, limit: int, state: str | None = None) -> tuple[list[JobStatus], int | None]:
+        """Up to ``limit`` jobs with ids above ``after`` (None: from the first), in id order, only
+        those in ``state`` when given; and the id to continue after (None: no more).
+
+        Cost: O(log n + limit) without a state; with one, O(k log k) for a state of k <= 4096
+        jobs, else a scan of the ids from ``after`` (the state's jobs are then dense)."""
+        ids = self._ids
+        start = 0 if after is None else bisect.bisect_right(ids, after)
+        if state is None:
+            chosen = ids[start:start + limit + 1]
+        else:
+            members = self._by_state.get(state, set())
+            if len(members) <= 4096:
+                chosen = sorted(j for j in members if after is None or j > after)[:limit + 1]
+            else:
+                chosen = []
+                for j in itertools.islice(ids, start, None):
+                    if j in members:
+                        chosen.append(j)
+                        if len(chosen) > limit:
+                            break
+        more = len(chosen) > limit
+        page = [s for s in (self.job(j, now) for j in chosen[:limit]) if s is not None]
+        return page, (chosen[limit - 1] if more else None)
 
     def states(self) -> dict[str, int]:
         """Jobs by state."""

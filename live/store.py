@@ -10,6 +10,8 @@ Owned by the ``serve`` process (one writer: the clearinghouse actor). Tables:
   count once after a restart;
 * ``nodes``: a node's name and its cluster-wide GPU ids (a node that re-registers, even with a
   restarted ``serve``, gets the same ids);
+* ``idempotency``: the ``Idempotency-Key`` of a submission, the hash of its body and its job
+  (written with the job, in one transaction);
 * ``meta``: counters (next job id, next lease id, round index).
 
 Every write commits at once (``synchronous=NORMAL`` under WAL: a committed job survives a
@@ -57,6 +59,11 @@ CREATE INDEX IF NOT EXISTS leases_by_job ON leases(job_id);
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY,
     gpu_ids TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY,
+    request_hash TEXT NOT NULL,
+    job_id INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
@@ -157,12 +164,24 @@ class Store:
         self.db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
 
     # -- jobs ---------------------------------------------------------------------------------
-    def add_job(self, job_id: int, spec: JobSpec, submit_s: float, throughput: float) -> None:
-        """Record an accepted job (state ``queued``). Raises sqlite3.IntegrityError on a duplicate id."""
-        self.db.execute(
-            "INSERT INTO jobs(job_id, spec, state, total_steps, batch_size, throughput, submit_s) VALUES(?,?,?,?,?,?,?)",
-            (job_id, _spec_encoder.encode(spec), "queued", spec.total_steps, spec.batch_size, throughput, submit_s),
-        )
+    def add_job(self, job_id: int, spec: JobSpec, submit_s: float, throughput: float,
+                idempotency: tuple[str, str] | None = None) -> None:
+        """Record an accepted job (state ``queued``) and, in the same transaction, its
+        ``(idempotency key, request hash)``. Raises sqlite3.IntegrityError on a duplicate id or key."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute(
+                "INSERT INTO jobs(job_id, spec, state, total_steps, batch_size, throughput, submit_s) VALUES(?,?,?,?,?,?,?)",
+                (job_id, _spec_encoder.encode(spec), "queued", spec.total_steps, spec.batch_size, throughput, submit_s),
+            )
+            if idempotency is not None:
+                self.db.execute("INSERT INTO idempotency(key, request_hash, job_id) VALUES(?,?,?)",
+                                (idempotency[0], idempotency[1], job_id))
+
+    def idempotency_keys(self) -> dict[str, tuple[int, str]]:
+        """Every stored idempotency key: ``key -> (job_id, request_hash)``."""
+        return {key: (job_id, digest) for key, digest, job_id in
+                self.db.execute("SELECT key, request_hash, job_id FROM idempotency")}
 
     def update_job(self, job_id: int, **fields: object) -> None:
         """Set columns of one job (names as the ``jobs`` table)."""

@@ -61,15 +61,23 @@ class JobSpec(Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class SubmitJob(Message, tag="submit_job"):
-    """Replay driver or HTTP API -> clearinghouse: admit a job."""
+    """Replay driver or HTTP API -> clearinghouse: admit a job.
+
+    ``idempotency_key`` (live API, may be empty) names the submission; ``request_hash`` is the
+    SHA-256 of its canonical body: the same key again returns the first job."""
 
     spec: JobSpec
+    idempotency_key: str = ""
+    request_hash: str = ""
 
 
 class JobAccepted(Message, tag="job_accepted"):
-    """Clearinghouse -> submitter: the job's id."""
+    """Clearinghouse -> submitter: the job's id. ``replayed``: the idempotency key was known
+    with the same body (no new job); ``conflict``: it was known with another body (no job)."""
 
     job_id: int
+    replayed: bool = False
+    conflict: bool = False
 
 
 def _carrying(name: str, payload: type[Struct], tag: str, doc: str) -> type[Message]:

@@ -83,8 +83,9 @@ def start_worker(config: Path, url: str, name: str, gpus: int, log: Path) -> sub
 
 
 def call(url: str, method: str = "GET", body: bytes | None = None, *, token: str | None = TOKEN,
-         content_type: str = "application/json", timeout: float = 10.0) -> tuple[int, dict | str]:
-    headers = {"Content-Type": content_type}
+         content_type: str = "application/json", timeout: float = 10.0,
+         headers: dict[str, str] | None = None) -> tuple[int, dict | str]:
+    headers = {"Content-Type": content_type, **(headers or {})}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     req = urllib.request.Request(url, data=body, method=method, headers=headers)

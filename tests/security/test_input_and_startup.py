@@ -210,3 +210,37 @@ def test_a_paused_worker_survives_a_serve_restart(tmp_path):
         worker.send_signal(signal.SIGCONT)
         stop(worker)
         stop(proc)
+
+
+@pytest.mark.slow  # serve twice
+def test_idempotency_key_survives_a_restart(tmp_path):
+    """F5: 20 retries of one submission, some concurrent, make one job, also after a restart."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    config = write_config(tmp_path, expected_gpus=1)
+    body = json.dumps({**GOOD, "name": "retried"}).encode()
+    key = {"Idempotency-Key": "submit-7f3a"}
+    proc, url = start_serve(config, tmp_path / "serve.log")
+    try:
+        with ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(lambda _: call(url + "/v1/jobs", "POST", body, headers=key), range(20)))
+        assert {status for status, _ in answers} == {201}
+        assert len({answer["job_id"] for _, answer in answers}) == 1
+        first = answers[0][1]["job_id"]
+        assert len(call(url + "/v1/jobs")[1]["jobs"]) == 1
+        assert call(url + "/v1/jobs", "POST", body, headers={"Idempotency-Key": "bad key\u00e9"})[0] == 400
+    finally:
+        stop(proc)
+    proc, url = start_serve(config, tmp_path / "serve.log")
+    try:
+        # the same body as MessagePack is the same request
+        status, again = call(url + "/v1/jobs", "POST", msgspec.msgpack.encode({**GOOD, "name": "retried"}),
+                             content_type="application/msgpack", headers=key)
+        assert (status, again["job_id"]) == (201, first)
+        status, clash = call(url + "/v1/jobs", "POST", json.dumps({**GOOD, "name": "other"}).encode(), headers=key)
+        assert (status, clash["field"]) == (409, "Idempotency-Key")
+        status, fresh = call(url + "/v1/jobs", "POST", body)  # no key: a new job
+        assert status == 201 and fresh["job_id"] != first
+        assert len(call(url + "/v1/jobs")[1]["jobs"]) == 2
+    finally:
+        stop(proc)
