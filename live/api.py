@@ -372,9 +372,9 @@ class Metrics:
             yield rejected
             yield CounterMetricFamily("shockwave_bus_connections_refused",
                                       "Bus upgrade requests without the cluster token", value=self.hub.rejected)
-        rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per queued or running job",
+        rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per running job",
                                 labels=["job_id"])
-        for status in view.active_jobs(self.now()):  # bounded label set: finished jobs leave it
+        for status in view.running_jobs(self.now()):  # at most one per GPU: a bounded label set
             if status.rho is not None:
                 rho.add_metric([str(status.job_id)], status.rho)
         yield rho

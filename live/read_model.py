@@ -131,10 +131,9 @@ class ReadModel:
         """Every job in id order, with ρ so far (linear in the number of jobs)."""
         return [s for s in (self.job(j, now) for j in self._ids) if s is not None]
 
-    def active_jobs(self, now: float) -> list[JobStatus]:
-        """The queued and running jobs in id order, with ρ so far."""
-        ids = sorted(self._by_state.get("queued", set()) | self._by_state.get("running", set()))
-        return [s for s in (self.job(j, now) for j in ids) if s is not None]
+    def running_jobs(self, now: float) -> list[JobStatus]:
+        """The running jobs (at most one per GPU) in id order, with ρ so far."""
+        return [s for s in (self.job(j, now) for j in sorted(self._by_state.get("running", ()))) if s is not None]
 
     def job_page(self, now: float, *, after: int | None, limit: int, state: str | None = None) -> tuple[list[JobStatus], int | None]:
         """Up to ``limit`` jobs with ids above ``after`` (None: from the first), in id order, only
@@ -164,6 +163,5 @@ class ReadModel:
     def states(self) -> dict[str, int]:
         """Jobs by state."""
         counts = {s: 0 for s in ("queued", "running", "completed", "failed", "cancelled")}
-        for status in self.jobs.values():
-            counts[status.state] = counts.get(status.state, 0) + 1
+        counts.update((state, len(ids)) for state, ids in self._by_state.items())
         return counts
