@@ -12,7 +12,7 @@ Routes (docs/live_cluster.md has curl examples):
 ``DELETE /v1/jobs/{id}``   cancel a job → its status
 ``GET /v1/cluster``        nodes, GPUs, current round and placement (:class:`ClusterStatus`)
 ``GET /metrics``           Prometheus text: jobs by state, round duration, policy time, ρ so far
-``GET /openapi.json``      the OpenAPI 3.1 document, generated from the same msgspec schemas
+``GET /openapi.json``      the OpenAPI 3.1 document (:mod:`live.openapi`), generated from the same msgspec schemas
 ``GET /healthz``           liveness (the process answers), no token
 ``GET /readyz``            readiness: the scheduler loop runs and the database takes writes (200/503), no token
 ``GET /v1/bus``            the WebSocket bus hub (:mod:`actors.kernel.transport_ws`)
@@ -383,126 +383,6 @@ class Metrics:
         return []
 
 
-def openapi_document() -> dict:
-    """The OpenAPI 3.1 document: paths by hand, schemas from msgspec (one source of truth)."""
-    from workloads.models import SAMPLES_PER_EPOCH
-
-    types = [JobRequest, Submitted, JobStatus, JobList, ClusterStatus, ErrorBody, Health, Readiness]
-    _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
-    # the rules msgspec cannot state: total_steps or epochs (one of them), epochs for known models
-    components["JobRequest"]["oneOf"] = [
-        {"required": ["total_steps"], "properties": {"total_steps": {"type": "integer"}, "epochs": {"type": "null"}}},
-        {"required": ["epochs"], "properties": {"epochs": {"type": "integer"}, "total_steps": {"type": "null"},
-                                                "model": {"enum": sorted(SAMPLES_PER_EPOCH)}}},
-    ]
-
-    def ref(name: str) -> dict:
-        return {"$ref": f"#/components/schemas/{name}"}
-
-    def body(name: str) -> dict:
-        return {"application/json": {"schema": ref(name)}, "application/msgpack": {"schema": ref(name)}}
-
-    def err(description: str) -> dict:
-        return {"description": description, "content": {"application/json": {"schema": ref("ErrorBody")}}}
-
-    auth = {"401": err("missing or wrong bearer token")}
-    job_id = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "integer"}}
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "Shockwave cluster API", "version": "1.0.0",
-                 "description": "Submit and follow training jobs on a Shockwave-scheduled GPU cluster."},
-        "components": {
-            "schemas": components,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}],
-        "paths": {
-            "/v1/jobs": {
-                "post": {
-                    "operationId": "submitJob",
-                    "summary": "Submit a job",
-                    "parameters": [{"name": IDEMPOTENCY_HEADER, "in": "header", "required": False,
-                                    "description": "names the submission: a retry with the same key and body "
-                                                   "returns the same job; another body gets 409",
-                                    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"}}],
-                    "requestBody": {"required": True, "content": body("JobRequest")},
-                    "responses": {
-                        "201": {"description": "accepted", "content": body("Submitted")},
-                        "400": err("malformed body"), **auth, "413": err("body too large"),
-                        "415": err("unsupported content type"), "409": err("scale_factor above the cluster's GPUs, or an Idempotency-Key used with another body"),
-                        "422": err("invalid job (field named)"),
-                    },
-                },
-                "get": {
-                    "operationId": "listJobs",
-                    "summary": "A page of jobs in id order",
-                    "parameters": [
-                        {"name": "limit", "in": "query", "required": False,
-                         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": DEFAULT_PAGE}},
-                        {"name": "cursor", "in": "query", "required": False,
-                         "schema": {"type": "string", "pattern": "^c[0-9a-f]{1,16}$"},
-                         "description": "next_cursor of the previous page (opaque)"},
-                        {"name": "state", "in": "query", "required": False,
-                         "schema": {"type": "string", "enum": list(JOB_STATES)}},
-                    ],
-                    "responses": {"200": {"description": "jobs", "content": body("JobList")}, **auth,
-                                  "422": err("bad limit, cursor or state")},
-                },
-            },
-            "/v1/jobs/{job_id}": {
-                "parameters": [job_id],
-                "get": {
-                    "operationId": "getJob",
-                    "summary": "One job",
-                    "responses": {"200": {"description": "the job", "content": body("JobStatus")}, **auth,
-                                  "404": err("no such job")},
-                },
-                "delete": {
-                    "operationId": "cancelJob",
-                    "summary": "Cancel a job",
-                    "responses": {"200": {"description": "cancelled", "content": body("JobStatus")}, **auth,
-                                  "404": err("no such job"), "409": err("the job already finished")},
-                },
-            },
-            "/v1/cluster": {
-                "get": {
-                    "operationId": "cluster",
-                    "summary": "Nodes, GPUs, the current round and placement",
-                    "responses": {"200": {"description": "cluster", "content": body("ClusterStatus")}, **auth},
-                },
-            },
-            "/metrics": {
-                "get": {
-                    "operationId": "metrics",
-                    "summary": "Prometheus metrics",
-                    "responses": {"200": {"description": "text exposition format",
-                                          "content": {"text/plain": {"schema": {"type": "string"}}}}, **auth},
-                },
-            },
-            "/healthz": {
-                "get": {
-                    "operationId": "healthz",
-                    "summary": "Liveness",
-                    "security": [],
-                    "responses": {"200": {"description": "alive", "content": {"application/json": {"schema": ref("Health")}}}},
-                },
-            },
-            "/readyz": {
-                "get": {
-                    "operationId": "readyz",
-                    "summary": "Readiness: the scheduler loop ran within 3 rounds and the database takes writes",
-                    "security": [],
-                    "responses": {
-                        "200": {"description": "ready", "content": {"application/json": {"schema": ref("Readiness")}}},
-                        "503": {"description": "not ready, with the reason",
-                                "content": {"application/json": {"schema": ref("Readiness")}}},
-                    },
-                },
-            },
-        },
-    }
-
-
 def build_app(
     view: "ReadModel",
     bus: "Bus",
@@ -529,6 +409,8 @@ def build_app(
     metrics.now = now
     if not bus.is_local(API_ADDRESS):
         bus.register(API_ADDRESS)  # replies to the API bypass this mailbox
+    from live.openapi import openapi_document
+
     openapi = _json.encode(openapi_document())
 
     @web.middleware
