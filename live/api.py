@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Mapping
 import msgspec
 from msgspec import Meta, Struct
 
-from live.read_model import JobStatus
+from live.read_model import JOB_STATES, JobStatus
 from actors.kernel.messages import CancelJob, CancelResult, JobAccepted, JobSpec, SubmitJob
 from actors.kernel.transport_ws import BUS_PATH, check_bearer
 
@@ -268,7 +268,6 @@ def to_spec(req: JobRequest, capacity: int) -> JobSpec:
 
 
 DEFAULT_PAGE, MAX_PAGE = 100, 1000
-JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
 
 
 _CURSOR = re.compile(r"c[0-9a-f]{1,16}")

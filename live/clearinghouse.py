@@ -260,7 +260,6 @@ class LiveClearinghouse(Clearinghouse):
             self.view.placement.pop(record.job_id, None)
         self.view.publish_job(record)
 
-    # -- nodes ------------------------------------------------------------------------------
     # -- remote peers ---------------------------------------------------------------------------
     def check_remote(self, peer: str, incarnation: str, msg: Message) -> str | None:
         """The hub's guard: None when ``msg`` from connection ``(peer, incarnation)`` may be
@@ -319,6 +318,7 @@ class LiveClearinghouse(Clearinghouse):
             self.reports_accepted.add(msg.lease_id)
         return None
 
+    # -- nodes ------------------------------------------------------------------------------
     @handles(RegisterGPUs)
     def on_register(self, msg: RegisterGPUs) -> None:
         node, now = msg.node, self.clock.now()

@@ -8,7 +8,6 @@ import msgspec
 from live.api import (
     DEFAULT_PAGE,
     IDEMPOTENCY_HEADER,
-    JOB_STATES,
     MAX_PAGE,
     ClusterStatus,
     ErrorBody,
@@ -18,7 +17,7 @@ from live.api import (
     Readiness,
     Submitted,
 )
-from live.read_model import JobStatus
+from live.read_model import JOB_STATES, JobStatus
 
 
 def openapi_document() -> dict:

@@ -51,6 +51,10 @@ class JobStatus(msgspec.Struct, kw_only=True):
     batch_size_changes: int = 0
 
 
+#: a job's states, in the order of its life (the last three are final)
+JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
+
+
 @dataclass
 class ReadModel:
     """The projection ``serve``'s HTTP API reads (units as :class:`JobStatus`)."""
@@ -127,10 +131,6 @@ class ReadModel:
             status.rho = self._rho(status, now, self._active)
         return status
 
-    def job_list(self, now: float) -> list[JobStatus]:
-        """Every job in id order, with ρ so far (linear in the number of jobs)."""
-        return [s for s in (self.job(j, now) for j in self._ids) if s is not None]
-
     def running_jobs(self, now: float) -> list[JobStatus]:
         """The running jobs (at most one per GPU) in id order, with ρ so far."""
         return [s for s in (self.job(j, now) for j in sorted(self._by_state.get("running", ()))) if s is not None]
@@ -162,6 +162,6 @@ class ReadModel:
 
     def states(self) -> dict[str, int]:
         """Jobs by state."""
-        counts = {s: 0 for s in ("queued", "running", "completed", "failed", "cancelled")}
+        counts = dict.fromkeys(JOB_STATES, 0)
         counts.update((state, len(ids)) for state, ids in self._by_state.items())
         return counts

@@ -97,10 +97,8 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
         table = ThroughputTable.load(cfg.path(live.throughputs))
     policy = cfg.build_policy(live.policy, live=True)
     rounds = dataclasses.replace(cfg.rounds, round_mode="timer")
-    guards: list = []  # the clearinghouse's check_remote, once it exists (before the first frame)
-    hub = HubTransport(
-        cluster_token, guard=lambda peer, incarnation, msg: guards[0](peer, incarnation, msg),
-        heartbeat_s=live.heartbeat_interval_s, dedupe_window=live.dedupe_window,
+    hub = HubTransport(  # refuses every frame until the clearinghouse's guard is set below
+        cluster_token, heartbeat_s=live.heartbeat_interval_s, dedupe_window=live.dedupe_window,
         outbox_limit=live.outbox_limit, resend_window_s=2 * live.heartbeat_interval_s,
     )
     bus = Bus(WallClock(), hub, first_id=time.time_ns() // 1000)
@@ -129,7 +127,7 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
                 on_gpus_assigned=lambda via, ids: [hub.alias(f"gpu/{g}", via) for g in ids],
                 on_round_done=metrics.observe_round,
             )
-            guards.append(ch.check_remote)
+            hub.guard = ch.check_remote
             unfinished = ch.restore()
             spawn(ch)
             app = build_app(ch.view, bus, hub, live, token, metrics, clearinghouse=ch.address,

@@ -188,8 +188,7 @@ class Bus:
     # -- delivery -----------------------------------------------------------------------
     def deliver(self, dst: str, data: bytes) -> None:
         """Decode ``data`` and put it in the mailbox of ``dst`` (or forward it)."""
-        box = self._mailboxes.get(dst)
-        if box is None:
+        if dst not in self._mailboxes:
             if self.transport.owns(dst):
                 self.transport.forward(dst, data)
                 return
@@ -199,7 +198,12 @@ class Bus:
                 self.on_undeliverable(dst, msg)
                 return
             raise UnknownAddressError(f"no actor at address {dst!r} (message {type(msg).__name__})")
-        msg = decode(data)
+        self.deliver_local(dst, decode(data))
+
+    def deliver_local(self, dst: str, msg: Message) -> None:
+        """Put a decoded ``msg`` in the mailbox of the local actor ``dst`` (or complete the request
+        it answers). Raises KeyError when ``dst`` is not local."""
+        box = self._mailboxes[dst]
         if msg.reply_to:
             fut = self._pending.get((dst, msg.reply_to))
             if fut is not None:

@@ -173,7 +173,8 @@ class HubTransport:
     Args:
         token: the cluster token peers must present.
         guard: accepts or rejects each decoded frame of a peer (see :data:`Guard`); the
-            identity checks of the module docstring come first.
+            identity checks of the module docstring come first. The default refuses every
+            frame (``serve`` sets the clearinghouse's ``check_remote`` once it exists).
         heartbeat_s: WebSocket ping interval.
         dedupe_window: keys remembered for duplicate detection.
         outbox_limit: frames kept per disconnected peer (oldest dropped beyond it).
@@ -184,14 +185,14 @@ class HubTransport:
         self,
         token: str,
         *,
-        guard: Guard,
+        guard: Guard | None = None,
         heartbeat_s: float = 1.0,
         dedupe_window: int = 4096,
         outbox_limit: int = 10000,
         resend_window_s: float = 2.0,
     ) -> None:
         self.token = token
-        self.guard = guard
+        self.guard: Guard = guard or (lambda peer, incarnation, msg: "no_guard")
         self.heartbeat_s = heartbeat_s
         self.dedupe = DedupeWindow(dedupe_window)
         self.outbox_limit = outbox_limit
@@ -202,8 +203,6 @@ class HubTransport:
         self.frames_in = 0
         self.rejected = 0  # upgrade requests without the cluster token
         self.rejected_frames: Counter[str] = Counter()  # reason -> frames dropped
-        self.stale_frames_dropped = 0  # queued for a previous incarnation of a peer
-        self.on_peer_announce: Callable[[str, list[str]], None] | None = None
 
     def attach(self, bus: "Bus") -> None:
         self.bus = bus
@@ -250,7 +249,6 @@ class HubTransport:
             return "peer_in_use"
         if link is not None and link.incarnation != msg.incarnation:
             # a restarted process: what was queued or recently sent was for the dead one
-            self.stale_frames_dropped += len(link.outbox)
             for address in [a for a, p in self.routes.items() if p == msg.peer and a.startswith("gpu/")]:
                 del self.routes[address]  # until the clearinghouse assigns them again
             link = None
@@ -309,8 +307,6 @@ class HubTransport:
                     refused = [a for a in msg.addresses if a not in link.owned and not a.startswith("gpu/")]
                     if refused:  # GPU addresses come from the clearinghouse's registration, not from here
                         self._reject("address_refused", peer=link.name, addresses=refused[:8])
-                    if self.on_peer_announce is not None:
-                        self.on_peer_announce(link.name, sorted(link.owned))
                     continue
                 if link is None:
                     self._reject("not_announced", remote=remote, message=type(msg).__name__)
@@ -328,7 +324,7 @@ class HubTransport:
                     continue
                 if msg.msg_id and self.dedupe.seen((f"{link.incarnation}:{msg.src}", msg.msg_id)):
                     continue
-                self._deliver(msg.dst, data)
+                self.bus.deliver_local(msg.dst, msg)  # decoded once, here
         finally:
             closer.cancel()
             if writer is not None:
@@ -336,13 +332,6 @@ class HubTransport:
             if link is not None and link.ws is ws:
                 link.ws = None
         return ws
-
-    def _deliver(self, dst: str, data: bytes) -> None:
-        assert self.bus is not None
-        try:
-            self.bus.deliver(dst, data)
-        except Exception as exc:  # a bad frame must not end the connection
-            log.warning("bus_undeliverable_frame", dst=dst, error=str(exc))
 
 
 class ClientTransport:
@@ -393,7 +382,6 @@ class ClientTransport:
         self._closing = False
         self._ws = None
         self.incarnation = uuid.uuid4().hex
-        self.connection_errors = 0
 
     def attach(self, bus: "Bus") -> None:
         self.bus = bus
@@ -457,7 +445,6 @@ class ClientTransport:
                     await self._serve(ws)
                 except (aiohttp.ClientError, ConnectionError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
                     # e.g. answering a ping on a socket the restarted hub is closing: reconnect
-                    self.connection_errors += 1
                     log.info("bus_connection_error", url=self.url, error=str(exc) or type(exc).__name__)
                 refused = ws.close_code is not None and ws.close_code >= 4000
                 if refused:
