@@ -26,6 +26,12 @@ class LiveConfig:
     to start when they are equal. Each is overridden by the environment variable named by
     ``token_env`` (default ``SHOCKWAVE_TOKEN``) or ``cluster_token_env`` (default
     ``SHOCKWAVE_CLUSTER_TOKEN``) when that is set and not empty.
+
+    Connection hygiene (:mod:`live.connections`): a connection idle for ``idle_timeout_s``
+    (an HTTP connection with no request in flight, a bus WebSocket that sent no frame) is
+    closed; at most ``max_connections`` sockets are open, the oldest idle one is evicted for a
+    newcomer. ``idle_timeout_s`` must exceed ``heartbeat_timeout_s`` (a worker's heartbeats
+    keep its socket busy).
     """
 
     host: str = "127.0.0.1"
@@ -48,6 +54,8 @@ class LiveConfig:
     outbox_limit: int = 10000
     expected_gpus: int = 0
     placement: str = "pack"
+    idle_timeout_s: float = 60.0
+    max_connections: int = 4096
 
 
     def __post_init__(self) -> None:
@@ -58,6 +66,11 @@ class LiveConfig:
             raise ValueError("[live] heartbeat_timeout_s must exceed heartbeat_interval_s")
         if self.lease_grace_s < 0 or self.max_body_bytes < 1024 or self.dedupe_window < 1:
             raise ValueError("[live] lease_grace_s >= 0, max_body_bytes >= 1024 and dedupe_window >= 1 are required")
+        if not self.idle_timeout_s > self.heartbeat_timeout_s:
+            raise ValueError(f"[live] idle_timeout_s must exceed heartbeat_timeout_s ({self.heartbeat_timeout_s}), "
+                             f"got {self.idle_timeout_s}")
+        if not 16 <= self.max_connections <= 1_000_000:
+            raise ValueError(f"[live] max_connections must be in 16..1000000, got {self.max_connections}")
         if self.placement not in ("pack", "spread"):
             raise ValueError(f"[live] placement must be 'pack' or 'spread', got {self.placement!r}")
         if not 0 <= self.port <= 65535:

@@ -20,13 +20,15 @@ Routes (docs/live_cluster.md has curl examples):
 
 Every route but ``/healthz`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (constant-time compare).
 Errors are JSON ``{"error": message, "field": name-or-null}`` with 400 (malformed body), 401
-(token), 404, 409 (a scale factor above the cluster's GPUs, or cancel of a finished job), 413 (body
-over ``max_body_bytes``), 415 (content type) or 422 (validation: msgspec's path names the field). A response is MessagePack when the
+(token), 404, 408 (a body that stalls for ``idle_timeout_s``), 409 (cancel of a finished job, an
+Idempotency-Key used with another body), 413 (body over ``max_body_bytes``), 415 (content type) or
+422 (validation: msgspec's path names the field; a scale factor above the cluster's GPUs). A response is MessagePack when the
 request's ``Accept`` names ``application/msgpack``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import time
@@ -46,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from live.read_model import ReadModel
     from configs.live import LiveConfig
     from actors.kernel.transport_ws import HubTransport
+    from live.connections import ConnectionLimiter
 
 API_ADDRESS = "api"
 #: bounds of ``JobRequest.duration_s`` in seconds (below 1 ms, total_steps / duration_s overflows
@@ -178,12 +181,17 @@ def _error(status: int, error: str, field: str | None = None) -> "web.Response":
     return web.Response(body=_json.encode(ErrorBody(error=error, field=field)), status=status, content_type="application/json")
 
 
-async def _read_body(request: "web.Request", limit: int) -> bytes:
+async def _read_body(request: "web.Request", limit: int, idle_s: float) -> bytes:
+    """The request body; 413 over ``limit`` bytes, 408 when no byte came for ``idle_s`` seconds
+    (a stalled body would otherwise hold its connection busy for ever)."""
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, f"body of {request.content_length} bytes is over the limit of {limit}", "body")
     chunks, size = [], 0
     while True:
-        chunk = await request.content.read(65536)
+        try:
+            chunk = await asyncio.wait_for(request.content.read(65536), idle_s)
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"no body bytes for {idle_s:g} s (idle_timeout_s)", "body") from None
         if not chunk:
             break
         size += len(chunk)
@@ -257,9 +265,9 @@ def to_spec(req: JobRequest, capacity: int) -> JobSpec:
             raise ApiError(422, f"epochs needs a known model (steps per epoch); {req.model!r} is not one, give total_steps", "epochs")
         total = int(req.epochs) * steps_per_epoch(req.model, req.batch_size)
     if req.scale_factor > capacity:
-        # well-formed, but above the cluster's size (the last known one after a restart): a
-        # conflict with the cluster's state, 409; the schema's own bounds give 422
-        raise ApiError(409, f"scale_factor {req.scale_factor} is above the cluster's {capacity} GPUs", "scale_factor")
+        # above the cluster's size (the last known one after a restart): out of the field's
+        # bounds, which the OpenAPI document states in words (they change with the cluster)
+        raise ApiError(422, f"scale_factor {req.scale_factor} is above the cluster's {capacity} GPUs", "scale_factor")
     return JobSpec(
         model=req.model, batch_size=req.batch_size, scale_factor=req.scale_factor, total_steps=total,
         mode=req.mode, priority_weight=req.priority_weight, name=req.name, command=req.command,
@@ -341,6 +349,7 @@ class Metrics:
         self.rejections = Counter("shockwave_rejected_requests", "4xx answers", ["status"], registry=self.registry)
         self.view: ReadModel | None = None
         self.hub: HubTransport | None = None
+        self.connections: ConnectionLimiter | None = None
         self.now: Callable[[], float] = time.time
         self.registry.register(self)
 
@@ -371,6 +380,15 @@ class Metrics:
             yield rejected
             yield CounterMetricFamily("shockwave_bus_connections_refused",
                                       "Bus upgrade requests without the cluster token", value=self.hub.rejected)
+        if self.connections is not None:
+            yield GaugeMetricFamily("shockwave_http_connections", "Sockets open on the listening port",
+                                    value=len(self.connections.open_connections()))
+            yield CounterMetricFamily("shockwave_http_connections_evicted",
+                                      "Idle sockets closed to make room under max_connections",
+                                      value=self.connections.evicted)
+            yield CounterMetricFamily("shockwave_http_connections_refused",
+                                      "Sockets answered 503 because max_connections were all busy",
+                                      value=self.connections.refused)
         rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per running job",
                                 labels=["job_id"])
         for status in view.running_jobs(self.now()):  # at most one per GPU: a bounded label set
@@ -391,10 +409,13 @@ def build_app(
     metrics: Metrics | None = None,
     clearinghouse: str = "clearinghouse",
     readiness: Callable[[], str | None] = lambda: None,
+    connections: "ConnectionLimiter | None" = None,
 ) -> "web.Application":
     """The aiohttp application: API routes, the bus hub, the auth and error middleware.
 
     ``readiness()`` says why ``serve`` is not ready (None: ready), for ``GET /readyz``.
+    ``connections`` (``serve``'s :class:`~live.connections.ConnectionLimiter`) sees every request,
+    so that a socket with a request in flight is never evicted.
 
     The routes read ``view`` (published by the live clearinghouse) and send commands to the
     ``clearinghouse`` address on ``bus``; they never touch an actor.
@@ -422,7 +443,13 @@ def build_app(
             return await handler(request)
         except ApiError as exc:
             metrics.rejections.labels(str(exc.status)).inc()
-            return _error(exc.status, exc.error, exc.field)
+            response = _error(exc.status, exc.error, exc.field)
+            if exc.status == 408:  # the body stalled: answer, then drop the socket (no lingering read)
+                response.force_close()
+                await response.prepare(request)
+                await response.write_eof()
+                request.protocol.force_close()
+            return response
         except web.HTTPException as exc:
             if exc.status >= 400:
                 response = _error(exc.status, exc.reason or "error", None)
@@ -433,7 +460,7 @@ def build_app(
 
     async def submit(request: web.Request) -> web.Response:
         key = idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
-        raw = await _read_body(request, live.max_body_bytes)
+        raw = await _read_body(request, live.max_body_bytes, live.idle_timeout_s)
         req = parse_job_request(raw, request.headers.get("Content-Type", ""))
         spec = to_spec(req, view.capacity)
         digest = hashlib.sha256(_json.encode(req)).hexdigest() if key else ""
@@ -509,7 +536,8 @@ def build_app(
         return _respond(request, Readiness(ready=reason is None, server_id=view.server_id, reason=reason),
                         status=200 if reason is None else 503)
 
-    app = web.Application(middlewares=[guard], client_max_size=live.max_body_bytes)
+    middlewares = [guard] if connections is None else [connections.middleware, guard]
+    app = web.Application(middlewares=middlewares, client_max_size=live.max_body_bytes)
     app.router.add_post("/v1/jobs", submit)
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{job_id}", get_job)

@@ -65,9 +65,10 @@ def openapi_document() -> dict:
                     "requestBody": {"required": True, "content": body("JobRequest")},
                     "responses": {
                         "201": {"description": "accepted", "content": body("Submitted")},
-                        "400": err("malformed body"), **auth, "413": err("body too large"),
-                        "415": err("unsupported content type"), "409": err("scale_factor above the cluster's GPUs, or an Idempotency-Key used with another body"),
-                        "422": err("invalid job (field named)"),
+                        "400": err("malformed body"), **auth, "408": err("the body stalled for idle_timeout_s"),
+                        "413": err("body too large"), "415": err("unsupported content type"),
+                        "409": err("an Idempotency-Key used with another body"),
+                        "422": err("invalid job (field named), including scale_factor above the cluster's GPUs"),
                     },
                 },
                 "get": {

@@ -53,6 +53,17 @@ def credential_problem(live, token: str, cluster_token: str) -> str | None:
     return None
 
 
+def settle_heap() -> None:
+    """Move what start-up built (the restored jobs, imported modules) out of the cyclic garbage
+    collector's reach, so that a full collection later does not walk it and stall the round loop
+    (tens of ms at 100k jobs; ``benchmarks/bench_api_paging.py``). Objects freed by reference
+    count are still freed; only cycles among these objects would be kept."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def load_live(config_path: str | None):
     """The configuration (default: bundled ``local_cluster.toml``) and its ``[live]`` section.
 
@@ -76,6 +87,7 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
     from aiohttp import web
 
     from live.api import Metrics, build_app
+    from live.connections import ConnectionLimiter, effective_cap
     from actors.kernel.bus import Bus
     from live.clearinghouse import LiveClearinghouse
     from actors.kernel.transport_ws import HubTransport
@@ -100,6 +112,7 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
     hub = HubTransport(  # refuses every frame until the clearinghouse's guard is set below
         cluster_token, heartbeat_s=live.heartbeat_interval_s, dedupe_window=live.dedupe_window,
         outbox_limit=live.outbox_limit, resend_window_s=2 * live.heartbeat_interval_s,
+        idle_timeout_s=live.idle_timeout_s,
     )
     bus = Bus(WallClock(), hub, first_id=time.time_ns() // 1000)
     hub.attach(bus)
@@ -129,20 +142,30 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
             )
             hub.guard = ch.check_remote
             unfinished = ch.restore()
+            settle_heap()
             spawn(ch)
+            cap = effective_cap(live.max_connections)
+            if cap < live.max_connections:
+                log.warning("max_connections_lowered", max_connections=live.max_connections, cap=cap,
+                            why="the hard limit on open files (ulimit -Hn) is lower")
+            connections = ConnectionLimiter(cap)
+            metrics.connections = connections
             app = build_app(ch.view, bus, hub, live, token, metrics, clearinghouse=ch.address,
-                            readiness=ch.readiness_problem)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+                            readiness=ch.readiness_problem, connections=connections)
+            # keepalive_timeout: aiohttp closes a socket with no request in flight after it, one
+            # that never sent a request included (live.connections)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=live.idle_timeout_s)
             await runner.setup()
-            site = web.TCPSite(runner, live.host, live.port, reuse_address=True)
-            await site.start()
-            port = runner.addresses[0][1]
+            connections.server = runner.server
+            listener = await loop.create_server(connections, live.host, live.port, reuse_address=True)
+            port = listener.sockets[0].getsockname()[1]
             url = f"http://{live.host}:{port}"
             print(json.dumps({"event": "serving", "url": url, "server_id": server_id, "database": db_path,
-                              "unfinished_jobs": unfinished}), flush=True)
+                              "unfinished_jobs": unfinished, "max_connections": cap}), flush=True)
             log.info("serving", url=url, policy=live.policy, round_duration_s=rounds.round_duration_s)
             await stop.wait()
             log.info("stopping")
+            listener.close()
             await runner.cleanup()
             for actor in actors:
                 if not actor._stopped:

@@ -61,6 +61,8 @@ PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 #: WebSocket close codes of the hub: the name is held by another live connection; a bad announce
 CLOSE_PEER_IN_USE = 4409
 CLOSE_BAD_ANNOUNCE = 4400
+#: a connection that sent no frame for ``idle_timeout_s``
+CLOSE_IDLE = 4408
 #: seconds a new connection has to announce itself before the hub closes it
 ANNOUNCE_TIMEOUT_S = 10.0
 
@@ -179,6 +181,8 @@ class HubTransport:
         dedupe_window: keys remembered for duplicate detection.
         outbox_limit: frames kept per disconnected peer (oldest dropped beyond it).
         resend_window_s: frames re-sent after a peer reconnects.
+        idle_timeout_s: a connection that sends no frame for this long is closed (code 4408);
+            workers' heartbeats keep theirs busy.
     """
 
     def __init__(
@@ -190,6 +194,7 @@ class HubTransport:
         dedupe_window: int = 4096,
         outbox_limit: int = 10000,
         resend_window_s: float = 2.0,
+        idle_timeout_s: float = 60.0,
     ) -> None:
         self.token = token
         self.guard: Guard = guard or (lambda peer, incarnation, msg: "no_guard")
@@ -197,6 +202,7 @@ class HubTransport:
         self.dedupe = DedupeWindow(dedupe_window)
         self.outbox_limit = outbox_limit
         self.resend_window_s = resend_window_s
+        self.idle_timeout_s = idle_timeout_s
         self.routes: dict[str, str] = {}  # address -> peer name
         self.links: dict[str, _Link] = {}
         self.bus: Bus | None = None
@@ -277,10 +283,20 @@ class HubTransport:
             ANNOUNCE_TIMEOUT_S, lambda: link is None and asyncio.ensure_future(ws.close(code=CLOSE_BAD_ANNOUNCE))
         )
         try:
-            async for frame in ws:
+            loop = asyncio.get_running_loop()
+            while True:
+                try:
+                    # one deadline per frame: ws.receive's own timeout restarts at every pong
+                    async with asyncio.timeout_at(loop.time() + self.idle_timeout_s):
+                        frame = await ws.receive()
+                except TimeoutError:
+                    log.info("bus_connection_idle", remote=remote, peer=link.name if link else None,
+                             idle_timeout_s=self.idle_timeout_s)
+                    await ws.close(code=CLOSE_IDLE, message=b"idle")
+                    break
+                if frame.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                    break
                 if frame.type != WSMsgType.BINARY:
-                    if frame.type == WSMsgType.ERROR:
-                        break
                     continue
                 data = frame.data
                 self.frames_in += 1

@@ -17,7 +17,8 @@ CLUSTER_TOKEN = "test-cluster-token-456"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_config(folder: Path, *, round_s: float = 1.0, port: int = 0, expected_gpus: int = 0) -> Path:
+def write_config(folder: Path, *, round_s: float = 1.0, port: int = 0, expected_gpus: int = 0, live_extra: str = "") -> Path:
+    """A live configuration in ``folder``; ``live_extra`` is appended to its ``[live]`` section."""
     text = f"""
 [rounds]
 round_duration_s = {round_s}
@@ -45,6 +46,7 @@ reconnect_initial_s = 0.1
 reconnect_max_s = 0.5
 max_body_bytes = 65536
 expected_gpus = {expected_gpus}
+{live_extra}
 """
     path = folder / "cluster.toml"
     path.write_text(text)

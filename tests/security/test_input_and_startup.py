@@ -142,7 +142,7 @@ def test_after_a_restart_submissions_up_to_the_last_known_size_are_queued(tmp_pa
         status, body = call(url + "/v1/jobs", "POST", json.dumps({**GOOD, "scale_factor": 2}).encode())
         assert (status, body["state"]) == (201, "queued")
         status, body = call(url + "/v1/jobs", "POST", json.dumps({**GOOD, "scale_factor": 3}).encode())
-        assert (status, body["field"]) == (409, "scale_factor")
+        assert (status, body["field"]) == (422, "scale_factor")
     finally:
         stop(proc)
 
