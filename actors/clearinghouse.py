@@ -65,6 +65,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: job states: ``queued`` (waiting for a lease), ``running`` (holds one), and the final ones
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+#: live rounds let the event loop run between batches of this many admissions
+ADMIT_BATCH = 200
 
 
 @dataclass
@@ -213,6 +215,7 @@ class Clearinghouse(Actor):
         self.gpu_busy_s: dict[int, float] = {g: 0.0 for s in self.servers for g in s}
 
         self.records: dict[int, JobRecord] = {}
+        self._admitted: dict[int, None] = {}  # admitted ids in admission (= submission) order, pruned lazily
         self.pending: list[int] = []
         self.arrived: list[int] = []
         self.completed: list[int] = []
@@ -270,12 +273,22 @@ class Clearinghouse(Actor):
         if not self.outstanding:
             self._schedule_tick()
 
+    def active_records(self) -> dict[int, JobRecord]:
+        """The jobs the policy sees (admitted, not finished), in submission order. Costs O(jobs
+        admitted since the last call), not O(every job ever submitted): a live cluster keeps its
+        finished jobs' records."""
+        records = self.records
+        for job_id in [j for j in self._admitted if not records[j].active]:
+            del self._admitted[job_id]
+        return {j: records[j] for j in self._admitted}
+
     def _admit(self, record: JobRecord, now: float, resume: Resume | None = None) -> None:
         """Start the job actor and tell the predictor: from now on the policy sees the job."""
         spec = record.spec
         profile = self.profile_of(spec) if self.profile_of is not None else None
         record.isolated_runtime_s = profile.isolated_runtime_s if profile is not None else None
         record.admitted_s = now
+        self._admitted[record.job_id] = None
         self.spawn(self._make_job_actor(record, resume))
         if self.predictor is not None:
             msg = PredictorAddJob(
@@ -372,12 +385,14 @@ class Clearinghouse(Actor):
         now = self.clock.now()
         if not self._round_due(now):
             return
-        for job_id in self.pending:
+        for i, job_id in enumerate(self.pending):
             record = self.records[job_id]
             if record.state not in TERMINAL:
                 self._admit(record, now)
+            if i % ADMIT_BATCH == ADMIT_BATCH - 1 and not self.clock.virtual:
+                await asyncio.sleep(0)  # a burst of admissions does not hold the live event loop
         self.pending.clear()
-        active = {j: r for j, r in self.records.items() if r.active}
+        active = self.active_records()
         if not active:
             self._idle(now)
             return
@@ -462,7 +477,7 @@ class Clearinghouse(Actor):
             return
         self._idle_rounds += 1
         if self._idle_rounds >= self.max_idle_rounds:
-            waiting = sorted(j for j, r in self.records.items() if r.active)
+            waiting = sorted(self.active_records())
             if not self.done.done():
                 self.done.set_exception(NoJobCanRun(
                     f"the policy scheduled no job in {self._idle_rounds} rounds in a row while jobs "

@@ -347,7 +347,7 @@ class LiveClearinghouse(Clearinghouse):
             GPUsRegistered(node=node, gpu_ids=ids, round_duration_s=self.config.round_duration_s, server_id=self.server_id),
         )
         self.log.info("node_registered", node=node, gpu_ids=ids)
-        if self.pending or any(r.active for r in self.records.values()):
+        if self.pending or self.active_records():
             self._schedule_tick(max(now, self.round_end_s))
 
     def _add_node(self, node: str, ids: list[int], now: float) -> None:
@@ -463,7 +463,7 @@ class LiveClearinghouse(Clearinghouse):
             self.nodes_lost += 1
             self.log.warning("node_lost", node=node, gpus=sorted(gpus))
         self._rebuild_servers()
-        if lost and (self.pending or any(r.active for r in self.records.values())):
+        if lost and (self.pending or self.active_records()):
             self._schedule_tick(max(self.clock.now(), self.round_end_s))
 
     # -- leases -----------------------------------------------------------------------------
