@@ -22,7 +22,7 @@ from typing import Any
 #: descriptors kept for everything that is not a client socket (database, logs, pipes, workers'
 #: torchrun children live in other processes)
 FD_RESERVE = 128
-#: seconds a handler made for an accepted socket may wait for its connection_made
+#: seconds after which a handler made for an accepted socket that never connected is forgotten
 PENDING_S = 5.0
 
 _REFUSAL_BODY = b'{"error": "too many connections, try again", "field": null}'
@@ -61,7 +61,7 @@ class ConnectionLimiter:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         self.max_connections = max_connections
-        self.server: "web.Server | None" = None  # aiohttp's low-level server
+        self._server: Any = None  # aiohttp's low-level server (web.Server)
         self.busy: dict[Any, int] = {}  # aiohttp request handler (one per socket) -> requests in flight
         self.evicted = 0
         self.refused = 0
@@ -82,6 +82,23 @@ class ConnectionLimiter:
 
         self.middleware = track
 
+    @property
+    def server(self) -> Any:
+        return self._server
+
+    @server.setter
+    def server(self, server: Any) -> None:
+        """Attach aiohttp's low-level server; its ``connection_made`` (which every request
+        handler calls once its socket is connected) now also ends the handler's pending time."""
+        made = server.connection_made
+
+        def connection_made(handler, transport) -> None:
+            self._pending.pop(handler, None)
+            made(handler, transport)
+
+        server.connection_made = connection_made  # type: ignore[method-assign]
+        self._server = server
+
     def open_connections(self) -> list[Any]:
         """The sockets open now, oldest first (a socket being closed is not counted)."""
         if self.server is None:
@@ -90,11 +107,10 @@ class ConnectionLimiter:
 
     def __call__(self) -> asyncio.Protocol:
         assert self.server is not None, "set ConnectionLimiter.server before listening"
-        connected = self.server.connections
         now = asyncio.get_running_loop().time()
-        known = set(connected)
-        self._pending = {h: t for h, t in self._pending.items() if h not in known and now - t < PENDING_S}
-        open_now = [h for h in connected if h.transport is not None]
+        for handler in [h for h, t in self._pending.items() if now - t >= PENDING_S]:
+            del self._pending[handler]  # never connected (the accept failed)
+        open_now = self.open_connections()
         if len(open_now) + len(self._pending) >= self.max_connections:
             idle = next((h for h in open_now if not self.busy.get(h)), None)
             if idle is None:

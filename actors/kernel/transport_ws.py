@@ -63,7 +63,7 @@ CLOSE_PEER_IN_USE = 4409
 CLOSE_BAD_ANNOUNCE = 4400
 #: a connection that sent no frame for ``idle_timeout_s``
 CLOSE_IDLE = 4408
-#: seconds a new connection has to announce itself before the hub closes it
+#: seconds a new connection has to announce itself before the hub closes it (at most the idle timeout)
 ANNOUNCE_TIMEOUT_S = 10.0
 
 #: ``guard(peer, incarnation, message)`` -> None to accept, else the reason to reject
@@ -280,7 +280,7 @@ class HubTransport:
         writer: asyncio.Task | None = None
         remote = request.remote
         closer = asyncio.get_running_loop().call_later(
-            ANNOUNCE_TIMEOUT_S, lambda: link is None and asyncio.ensure_future(ws.close(code=CLOSE_BAD_ANNOUNCE))
+            min(ANNOUNCE_TIMEOUT_S, self.idle_timeout_s), lambda: link is None and asyncio.ensure_future(ws.close(code=CLOSE_BAD_ANNOUNCE))
         )
         try:
             loop = asyncio.get_running_loop()
