@@ -112,6 +112,11 @@ reconnect_max_s = 0.5
 placement = "spread"
 
 [torch]
+# every lease is its own process that stops at the lease's end: the static job, sized above one
+# round of work, is stopped and resumed from its checkpoint whatever the policy decides (with
+# extension a job that keeps its GPUs keeps its process, and whether any lease was stopped
+# depended on the plan and on timing)
+extend_leases = false
 checkpoint_root = "{folder / 'ckpt'}"
 device = "cpu"
 threads_per_rank = 1
