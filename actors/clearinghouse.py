@@ -275,8 +275,8 @@ class Clearinghouse(Actor):
 
     def active_records(self) -> dict[int, JobRecord]:
         """The jobs the policy sees (admitted, not finished), in submission order. Costs O(jobs
-        admitted since the last call), not O(every job ever submitted): a live cluster keeps its
-        finished jobs' records."""
+        active now + jobs finished since the last call), not O(every job ever submitted): a live
+        cluster keeps its finished jobs' records."""
         records = self.records
         for job_id in [j for j in self._admitted if not records[j].active]:
             del self._admitted[job_id]

@@ -70,7 +70,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def bench(n: int, requests: int, min_s: float) -> list[tuple[str, float, float, float]]:
+async def bench(n: int, requests: int, min_s: float) -> list[tuple[str, int, float, float, float]]:
     import dataclasses
 
     import aiohttp
@@ -143,7 +143,7 @@ async def bench(n: int, requests: int, min_s: float) -> list[tuple[str, float, f
             done.set()
             await task
             times.sort()
-            rows.append((name, statistics.median(times) * 1e3, times[int(0.99 * (len(times) - 1))] * 1e3, stall * 1e3))
+            rows.append((name, len(times), statistics.median(times) * 1e3, times[int(0.99 * (len(times) - 1))] * 1e3, stall * 1e3))
         async with client.get(url + "/v1/cluster") as response:
             cluster = await response.json()
         print(f"  rounds run: {cluster['round_index']}, jobs running at the end: {cluster['running_jobs']}", flush=True)
@@ -162,10 +162,10 @@ def main() -> int:
     from actors.kernel.logs import configure_logging
 
     configure_logging("critical")
-    print(f"{'jobs':>7}  {'request':<22} {'p50 ms':>8} {'p99 ms':>8} {'max loop stall ms':>18}")
+    print(f"{'jobs':>7}  {'request':<22} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'max loop stall ms':>18}")
     for n in [int(x) for x in args.jobs.split(",")]:
-        for name, p50, p99, stall in asyncio.run(bench(n, args.requests, args.seconds)):
-            print(f"{n:>7}  {name:<22} {p50:8.2f} {p99:8.2f} {stall:18.2f}")
+        for name, count, p50, p99, stall in asyncio.run(bench(n, args.requests, args.seconds)):
+            print(f"{n:>7}  {name:<22} {count:>8} {p50:8.2f} {p99:8.2f} {stall:18.2f}")
     return 0
 
 

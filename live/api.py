@@ -189,8 +189,9 @@ async def _read_body(request: "web.Request", limit: int, idle_s: float) -> bytes
     chunks, size = [], 0
     while True:
         try:
-            chunk = await asyncio.wait_for(request.content.read(65536), idle_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(idle_s):
+                chunk = await request.content.read(65536)
+        except TimeoutError:
             raise ApiError(408, f"no body bytes for {idle_s:g} s (idle_timeout_s)", "body") from None
         if not chunk:
             break

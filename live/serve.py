@@ -57,7 +57,8 @@ def settle_heap() -> None:
     """Move what start-up built (the restored jobs, imported modules) out of the cyclic garbage
     collector's reach, so that a full collection later does not walk it and stall the round loop
     (tens of ms at 100k jobs; ``benchmarks/bench_api_paging.py``). Objects freed by reference
-    count are still freed; only cycles among these objects would be kept."""
+    count are still freed; a reference cycle among them (say, of a job restored unfinished
+    that ends later) is never collected."""
     import gc
 
     gc.collect()

@@ -279,11 +279,11 @@ class HubTransport:
         link: _Link | None = None
         writer: asyncio.Task | None = None
         remote = request.remote
-        closer = asyncio.get_running_loop().call_later(
+        loop = asyncio.get_running_loop()
+        closer = loop.call_later(
             min(ANNOUNCE_TIMEOUT_S, self.idle_timeout_s), lambda: link is None and asyncio.ensure_future(ws.close(code=CLOSE_BAD_ANNOUNCE))
         )
         try:
-            loop = asyncio.get_running_loop()
             while True:
                 try:
                     # one deadline per frame: ws.receive's own timeout restarts at every pong
