@@ -77,7 +77,9 @@ class JobRecord:
     ``steps_done``/``total_steps`` in optimizer steps at the current ``batch_size``;
     ``throughput`` in steps/s of the whole gang; ``run_time_s`` is the time it held GPUs;
     ``failures`` counts failed leases in a row; ``gpu_ids`` is its current lease's gang (empty
-    when it holds none).
+    when it holds none); ``batch_size_changes`` counts the changes its trainer made;
+    ``startup_s``/``shutdown_s`` are its last measured restart phases (real back ends:
+    :class:`gpu_runtime.backend.LeaseOutcome`; None until measured).
     """
 
     job_id: int
@@ -97,6 +99,15 @@ class JobRecord:
     batch_size_changes: int = 0
     failures: int = 0
     gpu_ids: tuple[int, ...] = ()
+    startup_s: float | None = None
+    shutdown_s: float | None = None
+
+    @property
+    def restart_overhead_s(self) -> float | None:
+        """The job's last measured restart cost (start-up plus shut-down; None: not measured)."""
+        if self.startup_s is None and self.shutdown_s is None:
+            return None
+        return (self.startup_s or 0.0) + (self.shutdown_s or 0.0)
 
     def __post_init__(self) -> None:
         self.total_steps = self.total_steps or self.spec.total_steps
@@ -127,11 +138,13 @@ class JobRecord:
 
 @dataclass
 class LeaseInfo:
-    """A lease issued and not yet reported: its job, its gang and when its round ends (s)."""
+    """A lease issued and not yet reported: its job, its gang and when its round ends (s);
+    ``training``: a progress report showed it past its first training step (live)."""
 
     job_id: int
     gpu_ids: tuple[int, ...]
     end_s: float
+    training: bool = False
 
 
 @dataclass
@@ -342,8 +355,11 @@ class Clearinghouse(Actor):
             record.rounds_run += 1
             record.batch_size = msg.batch_size
             record.failures = record.failures + 1 if msg.lease_failed else 0
-            if msg.batch_size_change is not None:
-                record.batch_size_changes += 1
+            record.batch_size_changes += msg.batch_size_changes
+            if msg.startup_s is not None:
+                record.startup_s = msg.startup_s
+            if msg.shutdown_s is not None:
+                record.shutdown_s = msg.shutdown_s
             record.throughput = msg.throughput
             record.total_steps = msg.total_steps
             record.steps_done = msg.steps_done

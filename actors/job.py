@@ -204,6 +204,10 @@ class JobActor(Actor):
             change = self._change_batch_size(report.requested_batch_size, applied=report.job_steps is not None)
             if change is not None and self.complete_on_overshoot and self.steps_done >= self.total_steps:
                 self.completed = True
+        if report.batch_size_changes is not None:
+            changes = report.batch_size_changes  # the trainer's own count (it may change several times)
+        else:
+            changes = 1 if change is not None else 0
         progress = JobProgress(
             src=self.address,
             job_id=self.job_id,
@@ -221,6 +225,9 @@ class JobActor(Actor):
             run_time_s=self.run_time_s,
             finish_s=report.finish_s,
             batch_size_change=change,
+            batch_size_changes=changes,
+            startup_s=report.startup_s,
+            shutdown_s=report.shutdown_s,
             completed=self.completed,
             failed=failed,
             lease_failed=report.failed,

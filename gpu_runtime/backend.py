@@ -28,6 +28,8 @@ Mode = Literal["static", "accordion", "gns"]
 NonNeg = Annotated[float, Meta(ge=0)]
 NonNegInt = Annotated[int, Meta(ge=0)]
 PosInt = Annotated[int, Meta(ge=1)]
+#: a measured restart phase: at most a day (a report claiming more is refused at decoding)
+PhaseSeconds = Annotated[float, Meta(ge=0, le=86400)]
 
 
 class LeaseRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +89,13 @@ class LeaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
         job_steps, total_steps: real back ends: the job's cumulative and (rescaled) total steps
             as the trainer's checkpoint records them after the lease; when set, they are the
             truth and a change in ``requested_batch_size`` was already applied by the trainer.
+        batch_size_changes: real back ends: the batch-size changes the trainer made during the
+            lease (None: one when ``requested_batch_size`` is set, else none).
+        startup_s: real back ends: seconds from launching the lease's process to its first
+            training step (None: the lease adopted a running process, or trained no step).
+        shutdown_s: real back ends: seconds from the end of a process of the job (the stop
+            signal, or the trainer's own end report after its checkpoint) to its exit, measured
+            on this node since the job's previous outcome (None: none measured).
     """
 
     lease_id: NonNegInt
@@ -102,6 +111,9 @@ class LeaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     job_steps: NonNegInt | None = None
     total_steps: NonNegInt | None = None
+    batch_size_changes: NonNegInt | None = None
+    startup_s: PhaseSeconds | None = None
+    shutdown_s: PhaseSeconds | None = None
 
 
 class LeaseProgress(msgspec.Struct, frozen=True, kw_only=True):

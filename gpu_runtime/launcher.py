@@ -1,4 +1,5 @@
-"""Launch one lease as ``torchrun`` and classify how it ended (pure asyncio, no torch).
+"""Launch one lease as ``torchrun`` (or, for one rank, the training module itself) and
+classify how it ended (pure asyncio, no torch).
 
 The node agent calls :func:`build_command` to get the argv and environment of
 a lease, starts it with :class:`LeaseProcess` (``asyncio.create_subprocess_exec``
@@ -9,6 +10,15 @@ World size is fixed per lease (``--nnodes=N --nproc-per-node=P``, no
 elasticity, ``--max-restarts=0``).  A gang on one node uses ``--standalone``;
 a gang spanning nodes uses c10d rendezvous at ``rdzv_endpoint`` with the
 lease id as rendezvous id, so every node of the gang runs the same command.
+A single rank (``direct=True``) runs the training module without torchrun, with
+torchrun's ``RANK``/``WORLD_SIZE``/... variables set for it: no agent to start, no
+rendezvous, and its exit code is the training script's own.
+
+Process lifetime (:mod:`gpu_runtime.proctree`): the root process gets SIGTERM when the
+node agent dies; torchrun's ranks get SIGKILL when torchrun dies; the launcher remembers
+every process of the lease's tree and, after the grace period, kills all of them. The
+grace period is shorter than torchrun's own shutdown timeout
+(``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, set to ``grace + 3`` s) so the two never race.
 
 torchrun forwards SIGTERM to its workers and then exits 1 whatever the
 workers did, and turns any non-zero worker exit (including
@@ -24,9 +34,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +47,7 @@ from typing import Any, Literal
 from msgspec import structs
 
 from gpu_runtime.lease import ENV_PREFIX, LeaseEnded, LeaseSpec, read_reports
+from gpu_runtime.proctree import ProcessTree, set_parent_death_signal
 from gpu_runtime.torch_config import TRAIN_MODULE  # re-exported: the default training module
 
 __all__ = [
@@ -104,6 +117,10 @@ class Placement:
         return "nccl" if self.gpu_ids else "gloo"
 
 
+#: the signal a rank gets when its parent dies (``SIGKILL`` under torchrun, ``SIGTERM`` when direct)
+PARENT_DEATH_ENV = ENV_PREFIX + "PARENT_DEATH_SIGNAL"
+
+
 def build_command(
     spec: LeaseSpec,
     placement: Placement,
@@ -113,6 +130,8 @@ def build_command(
     module: str = TRAIN_MODULE,
     base_env: Mapping[str, str] | None = None,
     threads_per_rank: int | None = None,
+    direct: bool = False,
+    shutdown_timeout: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The torchrun argv and environment for one node's part of a lease.
 
@@ -126,9 +145,30 @@ def build_command(
         module: the training module run by each rank.
         base_env: environment to extend (default: ``os.environ``).
         threads_per_rank: ``OMP_NUM_THREADS`` for each rank (``None``: torchrun's default).
+        direct: run a single rank (``placement.world_size == 1``) without torchrun.
+        shutdown_timeout: torchrun's own SIGTERM-to-SIGKILL timeout for its ranks, seconds.
     Returns:
         ``(argv, env)``.
+    Raises:
+        ValueError: ``direct`` for a placement of more than one rank.
     """
+    env = dict(os.environ if base_env is None else base_env)
+    for key in [k for k in env if k.startswith(ENV_PREFIX)]:
+        del env[key]  # a stale variable of another lease must not leak in
+    spec = structs.replace(spec, backend=placement.backend, gpu_ids=tuple(placement.gpu_ids))
+    env.update(spec.to_env())
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in placement.gpu_ids)
+    if threads_per_rank is not None:
+        env["OMP_NUM_THREADS"] = str(threads_per_rank)
+    if direct:
+        if placement.world_size != 1:
+            raise ValueError(f"a direct launch runs one rank, not {placement.world_size}")
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0")
+        env[PARENT_DEATH_ENV] = "SIGTERM"  # its parent is the node agent: checkpoint and go
+        return [python, "-m", module, *train_args], env
+    env[PARENT_DEATH_ENV] = "SIGKILL"  # its parent is torchrun, which forwarded SIGTERM first
+    if shutdown_timeout is not None:
+        env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(int(shutdown_timeout))
     argv = [python, "-m", "torch.distributed.run", f"--nnodes={placement.nnodes}",
             f"--nproc-per-node={placement.nproc_per_node}", "--max-restarts=0"]
     if placement.nnodes > 1:
@@ -144,15 +184,6 @@ def build_command(
     else:
         argv += ["--standalone"]
     argv += ["-m", module, *train_args]
-
-    env = dict(os.environ if base_env is None else base_env)
-    for key in [k for k in env if k.startswith(ENV_PREFIX)]:
-        del env[key]  # a stale variable of another lease must not leak in
-    spec = structs.replace(spec, backend=placement.backend, gpu_ids=tuple(placement.gpu_ids))
-    env.update(spec.to_env())
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in placement.gpu_ids)
-    if threads_per_rank is not None:
-        env["OMP_NUM_THREADS"] = str(threads_per_rank)
     return argv, env
 
 
@@ -230,17 +261,24 @@ def last_lease_ended(progress_file: str | os.PathLike[str] | None, lease_id: str
 
 @dataclass
 class LeaseProcess:
-    """One running lease (this node's torchrun).
+    """One running lease (this node's torchrun, or its single rank when ``direct``).
 
     Usage::
 
         proc = LeaseProcess(spec, placement, train_args)
         await proc.start()
-        outcome = await proc.wait()            # or: await proc.stop(grace=10)
+        outcome = await proc.wait()            # or: await proc.stop(grace=5)
 
-    The process runs in its own session (process group) so SIGKILL reaches
-    torchrun's workers too.  ``spec.progress_file`` should be set; the outcome
-    is classified from its last :class:`LeaseEnded`.
+    The process runs in its own session (process group) and gets SIGTERM if the node agent
+    dies.  :meth:`scan` remembers the lease's process tree (call it until the ranks run; stop
+    calls it too); when the lease ends every remembered process still alive is killed, so no
+    rank outlives its lease.  ``spec.progress_file`` should be set; the outcome is classified
+    from its last :class:`LeaseEnded`.
+
+    Attributes:
+        launched_at: ``time.time()`` just before the process was started (None before).
+        stop_requested_at: ``time.time()`` when :meth:`stop` sent SIGTERM (None: never).
+        exited_at: ``time.time()`` when the process was seen to exit (None: running).
     """
 
     spec: LeaseSpec
@@ -253,9 +291,15 @@ class LeaseProcess:
     stderr: Any = None
     threads_per_rank: int | None = None
     base_env: Mapping[str, str] | None = None
+    direct: bool | None = None  # None: direct exactly when the placement has one rank
+    grace: float = 5.0  # default of stop(); torchrun's own shutdown timeout is grace + 3 s
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
+    _tree: ProcessTree | None = field(default=None, init=False, repr=False)
     _terminated: bool = field(default=False, init=False)
     _killed: bool = field(default=False, init=False)
+    launched_at: float | None = field(default=None, init=False)
+    stop_requested_at: float | None = field(default=None, init=False)
+    exited_at: float | None = field(default=None, init=False)
 
     @property
     def pid(self) -> int | None:
@@ -265,50 +309,94 @@ class LeaseProcess:
     def returncode(self) -> int | None:
         return self._proc.returncode if self._proc else None
 
+    @property
+    def is_direct(self) -> bool:
+        return self.placement.world_size == 1 if self.direct is None else self.direct
+
     async def start(self) -> None:
-        """Start torchrun.  Raises RuntimeError if already started."""
+        """Start the lease's process.  Raises RuntimeError if already started."""
         if self._proc is not None:
             raise RuntimeError("lease already started")
         argv, env = build_command(
             self.spec, self.placement, self.train_args, python=self.python, module=self.module,
-            base_env=self.base_env, threads_per_rank=self.threads_per_rank,
+            base_env=self.base_env, threads_per_rank=self.threads_per_rank, direct=self.is_direct,
+            shutdown_timeout=math.ceil(self.grace) + 3,
         )
+        self.launched_at = time.time()
         self._proc = await asyncio.create_subprocess_exec(
             *argv, env=env, cwd=self.cwd, stdout=self.stdout, stderr=self.stderr, start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
+        self._tree = ProcessTree(self._proc.pid)
+
+    def scan(self) -> int:
+        """Remember the lease's current processes (see :class:`gpu_runtime.proctree.ProcessTree`);
+        returns how many are remembered."""
+        return self._tree.scan() if self._tree is not None else 0
+
+    def living(self) -> list[int]:
+        """The remembered processes of the lease still alive."""
+        return self._tree.living() if self._tree is not None else []
 
     def _signal(self, sig: int) -> None:
         assert self._proc is not None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, sig)
 
+    async def _kill_leftovers(self, timeout: float = 2.0) -> None:
+        """SIGKILL the group and every remembered process; wait (polling) until they are gone."""
+        self._signal(signal.SIGKILL)
+        if self._tree is None:
+            return
+        self._tree.signal(signal.SIGKILL)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self._tree.living() and loop.time() < end:
+            await asyncio.sleep(0.02)
+        left = self._tree.living()
+        if left:
+            log.warning("lease %s: processes %s still alive %.1f s after SIGKILL", self.spec.lease_id, left, timeout)
+
     async def wait(self) -> ProcessExit:
-        """Wait for the exit and classify it."""
+        """Wait for the exit, make sure no process of the lease is left, and classify the exit."""
         if self._proc is None:
             raise RuntimeError("lease not started")
         rc = await self._proc.wait()
-        # A leftover worker of the group (torchrun died first) must not outlive the lease.
-        self._signal(signal.SIGKILL)
+        if self.exited_at is None:
+            self.exited_at = time.time()
+        # A leftover rank (torchrun died first, or a rank ignored the forwarded signal)
+        # must not outlive the lease.
+        await self._kill_leftovers()
         return self.outcome(rc)
 
     def outcome(self, returncode: int | None) -> ProcessExit:
         report = last_lease_ended(self.spec.progress_file, self.spec.lease_id)
         return classify_exit(returncode, report, terminated=self._terminated, killed=self._killed)
 
-    async def stop(self, grace: float = 10.0) -> ProcessExit:
-        """Preempt: SIGTERM to the process group, wait ``grace`` seconds, then SIGKILL.
+    async def stop(self, grace: float | None = None) -> ProcessExit:
+        """Preempt: SIGTERM (torchrun forwards it to its ranks), wait ``grace`` seconds
+        (default: :attr:`grace`), then SIGKILL to every process of the lease.
 
         The training script checkpoints on SIGTERM and reports ``preempted``.
         """
         if self._proc is None:
             raise RuntimeError("lease not started")
+        grace = self.grace if grace is None else grace
         if self._proc.returncode is None:
+            self.scan()
             self._terminated = True
+            self.stop_requested_at = time.time()
             self._signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self._proc.wait(), grace)
+                self.exited_at = time.time()
             except TimeoutError:
                 log.warning("lease %s ignored SIGTERM for %.1fs; killing", self.spec.lease_id, grace)
                 self._killed = True
-                self._signal(signal.SIGKILL)
+                self.scan()
+                await self._kill_leftovers()
         return await self.wait()
+
+
+def _die_with_parent() -> None:  # preexec_fn: runs in the child between fork and exec
+    set_parent_death_signal(signal.SIGTERM)

@@ -132,6 +132,10 @@ class _Run:
     stopping: asyncio.Task | None = None
     leases_served: int = 0
     events: list[str] = field(default_factory=list)
+    first_step_wall: float | None = None  # Unix time of the process's first training step
+    lease_changes: int = 0  # batch-size changes during the current lease
+    startup_reported: bool = False
+    go: asyncio.Event = field(default_factory=asyncio.Event)  # a deferred stop may proceed
 
     @property
     def alive(self) -> bool:
@@ -171,6 +175,7 @@ class TorchBackend:
         self._runs: dict[int, _Run] = {}  # job id -> its process on this node
         self._launching: dict[int, asyncio.Task] = {}  # lease id -> launch task
         self._finished: dict[int, LeaseEnded] = {}  # job id -> final report of a run that ended while lingering
+        self._shutdown_s: dict[int, float] = {}  # job id -> shut-down seconds not reported yet
         self._tasks: set[asyncio.Task] = set()
         self.log = structlog.get_logger().bind(actor="torch-backend")
         self.stats = dict.fromkeys(
@@ -284,6 +289,7 @@ class TorchBackend:
             proc = LeaseProcess(
                 spec, placement, train_args(lease), python=cfg.python or sys.executable, module=cfg.module,
                 stdout=log, stderr=log, threads_per_rank=cfg.threads_per_rank,
+                direct=None if cfg.direct_single_rank else False, grace=cfg.grace_s,
             )
             try:
                 await proc.start()
@@ -318,6 +324,7 @@ class TorchBackend:
         run.lease, run.report = lease, report
         run.lease_start_wall = now
         run.lease_start_steps = run.job_steps
+        run.lease_changes = 0
         run.leases_served += 1
         for attr in ("end_timer", "linger_timer"):
             timer = getattr(run, attr)
@@ -336,6 +343,8 @@ class TorchBackend:
         wait = self._loop.create_task(run.proc.wait())
         try:
             while not wait.done():
+                if run.first_step_wall is None:
+                    run.proc.scan()  # remember the ranks (they exist before the first step)
                 await asyncio.wait({wait}, timeout=self.config.poll_interval_s)
                 self._poll(run)
             outcome = wait.result()
@@ -371,11 +380,16 @@ class TorchBackend:
         if isinstance(msg, Progress):
             if run.train_start_wall is None:
                 run.train_start_wall = msg.time - msg.seconds
+            if run.first_step_wall is None and msg.steps >= 1:
+                run.first_step_wall = (msg.startup or {}).get("first_step", msg.time)
+                run.proc.scan()
+                run.go.set()
             run.job_steps, run.total_steps, run.batch_size = msg.job_steps, msg.total_steps, msg.batch_size
             change = None
         elif isinstance(msg, BatchSizeChanged):
             run.job_steps, run.total_steps, run.batch_size = msg.job_steps, msg.total_steps, msg.new_batch_size
             change = (msg.old_batch_size, msg.new_batch_size)
+            run.lease_changes += 1
             self.stats["batch_size_changes"] += 1
             self.log.info("batch_size_changed", job_id=run.job_id, old=msg.old_batch_size, new=msg.new_batch_size,
                           mode=msg.mode, statistic=msg.statistic, job_steps=msg.job_steps, total_steps=msg.total_steps)
@@ -401,13 +415,16 @@ class TorchBackend:
     # -- ends ---------------------------------------------------------------------------
     def _report(self, lease: LeaseRequest, job_steps_run: int, steps_run: int, execution_s: float, finish_s: float,
                 batch_size: int, job_steps: int | None, total_steps: int | None, *, failed: bool = False,
-                reason: str = "") -> LeaseOutcome:
+                reason: str = "", changes: int = 0, startup_s: float | None = None) -> LeaseOutcome:
+        shutdown_s = self._shutdown_s.pop(lease.job_id, None)
+        bounded = [None if s is None else min(max(0.0, s), 86400.0) for s in (startup_s, shutdown_s)]
         return LeaseOutcome(
             lease_id=lease.lease_id, job_id=lease.job_id, round_index=lease.round_index, gpu_ids=lease.gpu_ids,
             steps=max(0, steps_run), execution_s=max(0.0, execution_s), finish_s=finish_s,
             batch_size=lease.batch_size,
             requested_batch_size=batch_size if batch_size and batch_size != lease.batch_size else None,
             failed=failed, reason=reason, job_steps=job_steps, total_steps=total_steps,
+            batch_size_changes=min(changes, steps_run + 1), startup_s=bounded[0], shutdown_s=bounded[1],
         )
 
     def _send_report(self, run: _Run, *, failed: bool = False, reason: str = "") -> None:
@@ -417,14 +434,21 @@ class TorchBackend:
             run.end_timer.cancel()
             run.end_timer = None
         if lease is None or report is None or not run.lead:
+            if lease is not None:
+                self._shutdown_s.pop(lease.job_id, None)
             return
         now = self._clock.now()
         began = max(run.lease_start_wall, run.train_start_wall or now)
         if run.ended is not None:
             now = min(now, run.ended.time)
         steps = run.job_steps - run.lease_start_steps
+        startup = None
+        if not run.startup_reported and run.first_step_wall is not None and run.proc.launched_at is not None:
+            startup = run.first_step_wall - run.proc.launched_at
+            run.startup_reported = True
         report(self._report(lease, run.job_steps, steps, now - began if steps > 0 else 0.0, now, run.batch_size,
-                            run.job_steps, run.total_steps, failed=failed, reason=reason))
+                            run.job_steps, run.total_steps, failed=failed, reason=reason,
+                            changes=run.lease_changes, startup_s=startup))
 
     def _soft_end(self, run: _Run, lease: LeaseRequest) -> None:
         """Extension mode: report the lease from the latest progress; linger for an extension."""
@@ -443,19 +467,39 @@ class TorchBackend:
         if run.lease is lease and run.alive:
             self._stop_run(run, "lease_end")
 
+    #: reasons to stop a run that wait for its first training step (the others stop it at once)
+    DEFERRABLE = frozenset({"preempted", "lease_end"})
+
     def _stop_run(self, run: _Run, why: str) -> asyncio.Future:
-        """SIGTERM the run (once); the returned task ends when it has exited and was reported."""
+        """SIGTERM the run (once); the returned task ends when it has exited and was reported.
+
+        A preemption or a lease end before the process's first training step waits for that
+        step (at most ``startup_timeout_s`` after the launch), so the start-up is not lost; a
+        stop for any other reason (``stop_lease``: cancel, node removal, overdue lease;
+        ``shutdown``) proceeds at once, also when a deferred stop is waiting.
+        """
         if run.linger_timer is not None:
             run.linger_timer.cancel()
             run.linger_timer = None
+        if why not in self.DEFERRABLE:
+            run.go.set()
         if run.stopping is None:
             if run.proc.returncode is None and run.ended is None:
-                self.log.info("lease_stopping", job_id=run.job_id, why=why,
+                deferred = not run.go.is_set()
+                self.log.info("lease_stop_deferred" if deferred else "lease_stopping", job_id=run.job_id, why=why,
                               lease_id=run.lease.lease_id if run.lease is not None else None)
             run.stopping = self._spawn(self._stop_and_wait(run))
         return run.stopping
 
     async def _stop_and_wait(self, run: _Run) -> None:
+        if not run.go.is_set() and run.proc.returncode is None and run.waiter is not None:
+            launched = run.proc.launched_at or self._clock.now()
+            timeout = max(0.0, launched + self.config.startup_timeout_s - self._clock.now())
+            go = self._loop.create_task(run.go.wait())
+            try:
+                await asyncio.wait({go, run.waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                go.cancel()
         if run.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, RuntimeError):
                 await run.proc.stop(grace=self.config.grace_s)
@@ -466,6 +510,11 @@ class TorchBackend:
     def _ended(self, run: _Run, outcome: ProcessExit) -> None:
         kind = outcome.kind
         ended = outcome.report or run.ended
+        proc = run.proc
+        marks = [t for t in (proc.stop_requested_at, ended.time if ended else None) if t is not None]
+        began = min(marks) if marks else None
+        if began is not None and kind != "completed":
+            self._shutdown_s[run.job_id] = max(0.0, (proc.exited_at or self._clock.now()) - began)
         if ended is not None:
             run.job_steps, run.total_steps, run.batch_size = ended.job_steps, ended.total_steps, ended.batch_size
         if kind == "failed" or ended is None:

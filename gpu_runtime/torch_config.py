@@ -23,7 +23,13 @@ class TorchBackendConfig:
         python: interpreter running torchrun ("": the worker's own).
         module: training module run by each rank (must follow :mod:`gpu_runtime.lease`).
         device: ``"cpu"`` (gloo, one CPU rank per slot) or ``"cuda"`` (NCCL, one GPU per slot).
-        grace_s: seconds between SIGTERM and SIGKILL when a lease is stopped.
+        grace_s: seconds between SIGTERM and SIGKILL (to every process of the lease) when a lease
+            is stopped; torchrun's own shutdown timeout is set 3 s longer, so the two never race.
+        startup_timeout_s: a lease is not preempted before its first training step (its
+            start-up would be lost) unless its job is cancelled or its node leaves; a process
+            still without a first step this long after its launch is stopped anyway.
+        direct_single_rank: run a one-rank lease as the training module itself, without
+            torchrun (no agent, no rendezvous: a faster restart).
         threads_per_rank: ``OMP_NUM_THREADS`` / torch threads of each rank.
         master_port_min, master_port_max: rendezvous ports of gangs spanning nodes.
         advertise_host: this node's address for other nodes ("": its FQDN).
@@ -40,7 +46,9 @@ class TorchBackendConfig:
     python: str = ""
     module: str = TRAIN_MODULE
     device: str = "cpu"
-    grace_s: float = 30.0
+    grace_s: float = 5.0
+    startup_timeout_s: float = 120.0
+    direct_single_rank: bool = True
     threads_per_rank: int = 1
     master_port_min: int = 29600
     master_port_max: int = 29999
@@ -61,7 +69,7 @@ class TorchBackendConfig:
         for name in ("grace_s", "linger_s", "report_lead_s", "checkpoint_margin_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"[torch] {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("poll_interval_s", "join_timeout_s"):
+        for name in ("poll_interval_s", "join_timeout_s", "startup_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"[torch] {name} must be > 0, got {getattr(self, name)}")
         if self.threads_per_rank < 1:

@@ -392,10 +392,20 @@ class Metrics:
                                       value=self.connections.refused)
         rho = GaugeMetricFamily("shockwave_job_rho", "Finish-time fairness so far, per running job",
                                 labels=["job_id"])
-        for status in view.running_jobs(self.now()):  # at most one per GPU: a bounded label set
+        running = view.running_jobs(self.now())  # at most one per GPU: a bounded label set
+        for status in running:
             if status.rho is not None:
                 rho.add_metric([str(status.job_id)], status.rho)
         yield rho
+        overhead = GaugeMetricFamily(
+            "shockwave_job_restart_overhead_seconds",
+            "Last measured restart phase per running job: startup (launch to first step), "
+            "shutdown (stop or checkpoint to exit)", labels=["job_id", "phase"])
+        for status in running:
+            for phase, value in (("startup", status.startup_s), ("shutdown", status.shutdown_s)):
+                if value is not None:
+                    overhead.add_metric([str(status.job_id), phase], value)
+        yield overhead
 
     def describe(self):
         return []

@@ -184,7 +184,8 @@ class LiveClearinghouse(Clearinghouse):
                 row.job_id, row.spec, row.submit_s, row.throughput, state=row.state, finish_s=row.finish_s,
                 reason=row.reason, steps_done=row.steps_done, total_steps=row.total_steps,
                 batch_size=row.batch_size, run_time_s=row.run_time_s, rounds_run=row.rounds_run,
-                failures=row.failures,
+                failures=row.failures, batch_size_changes=row.batch_size_changes, startup_s=row.startup_s,
+                shutdown_s=row.shutdown_s,
             )
             self.records[row.job_id] = record
             if row.state not in TERMINAL:
@@ -252,7 +253,8 @@ class LiveClearinghouse(Clearinghouse):
                 record.job_id, state=record.state, steps_done=record.steps_done, total_steps=record.total_steps,
                 batch_size=record.batch_size, throughput=record.throughput, run_time_s=record.run_time_s,
                 failures=record.failures, rounds_run=record.rounds_run, finish_s=record.finish_s,
-                reason=record.reason,
+                reason=record.reason, batch_size_changes=record.batch_size_changes, startup_s=record.startup_s,
+                shutdown_s=record.shutdown_s,
             )
         if record.state in TERMINAL:
             self.job_actors.pop(record.job_id, None)
@@ -315,6 +317,8 @@ class LiveClearinghouse(Clearinghouse):
                 return "lease_already_reported"
             if msg.steps > max(0, total - record.steps_done) + gang and msg.job_steps is None:
                 return "steps_out_of_bounds"
+            if msg.batch_size_changes is not None and msg.batch_size_changes > msg.steps + 1:
+                return "steps_out_of_bounds"  # at most one change per step
             self.reports_accepted.add(msg.lease_id)
         return None
 
@@ -496,6 +500,7 @@ class LiveClearinghouse(Clearinghouse):
     def on_lease_progress(self, msg: LeaseProgress) -> None:
         if msg.lease_id not in self.outstanding:
             return
+        self.outstanding[msg.lease_id].training = True
         self.view.lease_progress(msg.job_id, msg.job_steps, msg.total_steps, msg.batch_size)
         if msg.batch_size_change is not None:
             self.log.info("lease_batch_size_changed", job_id=msg.job_id, lease_id=msg.lease_id,
@@ -543,16 +548,29 @@ class LiveClearinghouse(Clearinghouse):
             await self.clock.sleep_until(at)
         self.mailbox.put_nowait(RoundTick(src=self.address, dst=self.address))
 
+    def _overdue_s(self, info: LeaseInfo) -> float:
+        """When an unreported lease is stopped: ``lease_grace_s`` after the round's end, plus, for a
+        lease that has not shown a training step yet, its job's last measured start-up (a real
+        back end does not preempt a process before its first step, issue 12 item 5)."""
+        deadline = self.round_end_s + self.live.lease_grace_s
+        if not info.training:
+            record = self.records.get(info.job_id)
+            if record is not None and record.startup_s is not None:
+                deadline += record.startup_s
+        return deadline
+
     def _round_due(self, now: float) -> bool:
-        """A round starts at the timer; leases still out ``lease_grace_s`` after it are stopped."""
+        """A round starts at the timer; leases still out ``lease_grace_s`` after it (and, while
+        starting, their job's measured start-up) are stopped."""
         if self.outstanding:
-            deadline = self.round_end_s + self.live.lease_grace_s
-            if now < deadline:
-                self._schedule_tick(deadline)
+            due = {lease_id: self._overdue_s(info) for lease_id, info in self.outstanding.items()}
+            for lease_id, deadline in due.items():
+                if deadline <= now:
+                    self.log.warning("lease_overdue", lease_id=lease_id)
+                    self._drop_lease(lease_id, "stopped", stop=True)
+            if self.outstanding:
+                self._schedule_tick(min(due[lease_id] for lease_id in self.outstanding))
                 return False
-            for lease_id in list(self.outstanding):
-                self.log.warning("lease_overdue", lease_id=lease_id)
-                self._drop_lease(lease_id, "stopped", stop=True)
         if now < self.round_end_s:
             self._schedule_tick(self.round_end_s)
             return False

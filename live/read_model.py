@@ -27,7 +27,11 @@ class JobStatus(msgspec.Struct, kw_only=True):
 
     Times are Unix epoch seconds; ``run_time_s`` is the seconds it held GPUs; ``throughput``
     is steps/s of the whole gang; ``rho`` is finish-time fairness so far: (finish or now −
-    submit) / (total_steps / throughput × max(1, N/G)), N the jobs not finished, G the GPUs.
+    submit) / (total_steps / throughput × max(1, N/G)), N the jobs not finished, G the GPUs;
+    ``batch_size_changes`` counts the changes the job's adaptation made; ``startup_s`` (launch
+    to first training step) and ``shutdown_s`` (stop or final checkpoint to process exit) are
+    the last measured phases of a restart, ``restart_overhead_s`` their sum (None: not measured;
+    the emulated back end measures none).
     """
 
     job_id: int
@@ -49,6 +53,9 @@ class JobStatus(msgspec.Struct, kw_only=True):
     gpu_ids: list[int] = msgspec.field(default_factory=list)
     rho: float | None = None
     batch_size_changes: int = 0
+    startup_s: float | None = None
+    shutdown_s: float | None = None
+    restart_overhead_s: float | None = None
 
 
 #: a job's states, in the order of its life (the last three are final)
@@ -89,6 +96,7 @@ class ReadModel:
             throughput=record.throughput, run_time_s=record.run_time_s, rounds_run=record.rounds_run,
             submit_s=record.arrival_s, finish_s=record.finish_s, reason=record.reason,
             gpu_ids=list(record.gpu_ids), batch_size_changes=record.batch_size_changes,
+            startup_s=record.startup_s, shutdown_s=record.shutdown_s, restart_overhead_s=record.restart_overhead_s,
         )
         was_active = old is not None and old.state not in TERMINAL
         is_active = status.state not in TERMINAL

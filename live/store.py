@@ -4,7 +4,9 @@ Owned by the ``serve`` process (one writer: the clearinghouse actor). Tables:
 
 * ``jobs``: the submitted spec (MessagePack), state (``queued``, ``running``, ``completed``,
   ``failed``, ``cancelled``), steps done, total steps, batch size, throughput (steps/s), run
-  time (s), consecutive failures, submit and finish times (epoch seconds), reason;
+  time (s), consecutive failures, submit and finish times (epoch seconds), reason, batch-size
+  changes, the last measured start-up and shut-down seconds (a database of an earlier version
+  gains the last three columns when opened);
 * ``leases``: one row per lease issued (job, round, GPU ids, start, length, state ``running`` →
   ``done`` | ``requeued`` | ``stopped``); the ids of applied leases make a re-delivered report
   count once after a restart;
@@ -44,7 +46,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     rounds_run INTEGER NOT NULL DEFAULT 0,
     submit_s REAL NOT NULL,
     finish_s REAL,
-    reason TEXT NOT NULL DEFAULT ''
+    reason TEXT NOT NULL DEFAULT '',
+    batch_size_changes INTEGER NOT NULL DEFAULT 0,
+    startup_s REAL,
+    shutdown_s REAL
 );
 CREATE TABLE IF NOT EXISTS leases (
     lease_id INTEGER PRIMARY KEY,
@@ -70,6 +75,14 @@ CREATE TABLE IF NOT EXISTS meta (
     value INTEGER NOT NULL
 );
 """
+
+#: columns added to ``jobs`` after the first release: (name, declaration)
+_ADDED_COLUMNS = (
+    ("batch_size_changes", "INTEGER NOT NULL DEFAULT 0"),
+    ("startup_s", "REAL"),
+    ("shutdown_s", "REAL"),
+)
+
 
 class StoreError(Exception):
     """The database cannot be used: ``path`` and the cause, in one line."""
@@ -109,6 +122,9 @@ class StoredJob:
     submit_s: float
     finish_s: float | None
     reason: str
+    batch_size_changes: int = 0
+    startup_s: float | None = None
+    shutdown_s: float | None = None
     applied_leases: tuple[int, ...] = ()
 
 
@@ -133,6 +149,10 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+            for column, decl in _ADDED_COLUMNS:
+                if column not in have:
+                    self.db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {decl}")
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(self.path, _cause(exc)) from None
         problem = self.write_problem()
@@ -198,7 +218,8 @@ class Store:
         out = []
         for row in self.db.execute(
             "SELECT job_id, spec, state, steps_done, total_steps, batch_size, throughput, run_time_s, failures,"
-            " rounds_run, submit_s, finish_s, reason FROM jobs ORDER BY job_id"
+            " rounds_run, submit_s, finish_s, reason, batch_size_changes, startup_s, shutdown_s"
+            " FROM jobs ORDER BY job_id"
         ):
             out.append(StoredJob(row[0], _spec_decoder.decode(row[1]), *row[2:], applied_leases=tuple(done.get(row[0], ()))))
         return out

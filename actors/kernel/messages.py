@@ -18,7 +18,7 @@ from typing import Annotated, Literal, Union
 import msgspec
 from msgspec import Meta, Struct
 
-from gpu_runtime.backend import LeaseOutcome, LeaseRequest
+from gpu_runtime.backend import LeaseOutcome, LeaseRequest, PhaseSeconds
 from gpu_runtime.backend import LeaseProgress as BackendLeaseProgress
 from predictor.predictor import Prediction
 from workloads.profile import JobProfile
@@ -139,7 +139,10 @@ class JobProgress(Message, tag="job_progress"):
     run_time_s: NonNeg
     finish_s: float
     lease_batch_size: PosInt
-    batch_size_change: tuple[int, int] | None = None  # (old, new)
+    batch_size_change: tuple[int, int] | None = None  # (old, new): the lease's net change
+    batch_size_changes: NonNegInt = 0  # changes made during the lease (a trainer may make several)
+    startup_s: PhaseSeconds | None = None  # measured restart overhead (real back ends), see LeaseOutcome
+    shutdown_s: PhaseSeconds | None = None
     completed: bool = False
     failed: bool = False  # the job ended as failed (max_failures failed leases in a row)
     lease_failed: bool = False  # this lease failed (no step, no time)

@@ -58,6 +58,8 @@ class LeaseIterator(Iterator[T]):
         agree: gang agreement on the local stop wish.
         sync_every: steps between two agreement points.
         clock: monotonic seconds; wall_clock: Unix seconds (fakeable in tests).
+        startup: Unix times of the training process's start-up phases, sent (with
+            ``first_step``) in the report that follows the first step.
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class LeaseIterator(Iterator[T]):
         sync_every: int = 1,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        startup: dict[str, float] | None = None,
     ):
         if batch_size <= 0:
             raise ValueError("batch_size must be > 0")
@@ -110,6 +113,7 @@ class LeaseIterator(Iterator[T]):
         self._win_steps = 0
         self._last_throughput = 0.0
         self._first_step_seconds: float | None = None
+        self._startup = dict(startup or {})
         self._finished = False
 
     # ---- counters
@@ -156,11 +160,12 @@ class LeaseIterator(Iterator[T]):
             self._win_steps += 1
             if self.steps == 1:
                 self._first_step_seconds = self.seconds
+                self._startup["first_step"] = self._wall_clock()
         reason = self._check_stop()
         if reason is not None:
             self.stop_reason = reason
             raise StopIteration
-        self._maybe_report()
+        self._maybe_report(force=self.steps == 1 and self._win_steps == 1)
         return self._next_batch()
 
     def _next_batch(self) -> T:
@@ -243,6 +248,7 @@ class LeaseIterator(Iterator[T]):
                 batch_size=self.batch_size,
                 world_size=self.world_size,
                 loss=self._loss_value(),
+                startup=self._startup if self.steps == 1 and self._win_steps == 1 else None,
             )
         )
         self._win_t = now

@@ -37,7 +37,10 @@ class Progress(_ReportBase, frozen=True, kw_only=True, tag="progress"):
     ``steps``: optimizer steps in this lease (per rank); ``job_steps``: the
     job's cumulative job steps (:mod:`gpu_runtime.lease`); ``seconds``: lease time so
     far; ``throughput``: optimizer steps/s over the last report window;
-    ``loss``: last training loss, if recorded.
+    ``loss``: last training loss, if recorded.  The first report of a lease is sent right
+    after its first step and carries ``startup``: the Unix times at which the training
+    process reached each phase of its start-up (``process`` started, ``imported`` torch,
+    ``built`` data and model, ``resumed`` from its checkpoint, ``first_step`` trained).
     """
 
     steps: int
@@ -49,6 +52,7 @@ class Progress(_ReportBase, frozen=True, kw_only=True, tag="progress"):
     batch_size: int
     world_size: int
     loss: float | None = None
+    startup: dict[str, float] | None = None
 
 
 class BatchSizeChanged(_ReportBase, frozen=True, kw_only=True, tag="batch_size_changed"):

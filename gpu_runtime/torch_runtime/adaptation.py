@@ -150,11 +150,12 @@ class GNSController:
         self.noise.update(small_norm_sq, small_batch, big_norm_sq, big_batch)
         self._since_change += 1
 
-    def decide(self) -> tuple[int, float] | None:
+    def propose(self) -> tuple[int, float] | None:
         """``(new per-rank batch size, B_simple)`` when the batch size should double, else ``None``.
 
-        The new size is ``min(2 * batch_size, max_batch_size)``; the controller
-        adopts it.
+        The new size is ``min(2 * batch_size, max_batch_size)``.  Nothing changes
+        until :meth:`adopt`: in a gang, rank 0's proposal is broadcast and every
+        rank adopts the same size at the same step.
         """
         if self.batch_size >= self.max_batch_size or self._since_change < self.min_updates:
             return None
@@ -163,9 +164,22 @@ class GNSController:
             return None
         if est.b_simple <= self.batch_size * self.world_size:
             return None
-        self.batch_size = min(2 * self.batch_size, self.max_batch_size)
+        return min(2 * self.batch_size, self.max_batch_size), est.b_simple
+
+    def adopt(self, batch_size: int) -> bool:
+        """Use ``batch_size`` from now on; True when it is a change (the count since the last change restarts)."""
+        if batch_size == self.batch_size:
+            return False
+        self.batch_size = batch_size
         self._since_change = 0
-        return self.batch_size, est.b_simple
+        return True
+
+    def decide(self) -> tuple[int, float] | None:
+        """:meth:`propose` and :meth:`adopt` in one (a single process)."""
+        decision = self.propose()
+        if decision is not None:
+            self.adopt(decision[0])
+        return decision
 
     def state_dict(self) -> dict[str, float]:
         n = self.noise

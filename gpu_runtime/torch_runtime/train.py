@@ -26,18 +26,30 @@ checkpointed lease end or preemption, :data:`~gpu_runtime.launcher.EXIT_COMPLETE
 Checkpoint state keys: ``model``, ``optimizer``, ``job_steps``, ``total_steps``,
 ``epoch``, ``position``, ``batch_size``, ``original_batch_size``, ``lr``,
 ``workload``, ``mode``, ``world_size``, ``gns``, ``accordion``, ``completed``,
-``batch_size_changes`` (list of ``(job_steps, old, new)``).
+``batch_size_changes`` (list of ``(job_steps, old, new)``), ``step`` (the job's optimizer steps).
 """
 
 from __future__ import annotations
 
-import signal
+import time
+
+#: Unix times of this process's start-up phases (reported with the lease's first step)
+STARTUP: dict[str, float] = {"process": time.time()}
+
+import signal  # noqa: E402
 
 # A lease may be preempted while this process is still importing torch (seconds on a busy
 # CPU): remember an early SIGTERM and turn it into a checkpointed preemption in run().
 _EARLY_SIGTERM: list[int] = []
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda signum, _frame: _EARLY_SIGTERM.append(signum))
+    # Die with the parent (torchrun, or the node agent for a direct launch): no orphaned rank.
+    import os as _os
+
+    from gpu_runtime.proctree import set_parent_death_signal
+
+    _death = _os.environ.get("SHOCKWAVE_PARENT_DEATH_SIGNAL", "SIGKILL")
+    set_parent_death_signal(signal.SIGTERM if _death == "SIGTERM" else signal.SIGKILL)
 
 import argparse  # noqa: E402
 import logging
@@ -68,6 +80,7 @@ from gpu_runtime.torch_runtime.checkpoint import (
 from gpu_runtime.torch_runtime.workloads import EpochLoader, get_workload
 
 log = logging.getLogger("gpu_runtime.train")
+STARTUP.setdefault("imported", time.time())
 
 EXIT_FAILED = 1
 
@@ -170,11 +183,12 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
     params = [p for p in model.parameters() if p.requires_grad]
     base_lr = args.lr if args.lr is not None else lr_for_batch_size(wl.base_lr, wl.lr_batch_size, args.batch_size)
     optimizer = wl.make_optimizer(model, base_lr)
+    STARTUP["built"] = time.time()
 
     state: dict[str, Any] = {
         "job_steps": 0, "total_steps": args.total_steps, "epoch": 0, "position": 0,
         "batch_size": args.batch_size, "original_batch_size": args.batch_size, "lr": base_lr,
-        "gns": None, "accordion": None, "batch_size_changes": [],
+        "gns": None, "accordion": None, "batch_size_changes": [], "step": None,
     }
     loaded = load_latest(ckpt_dir, map_location=gang.device)
     if loaded is not None:
@@ -183,6 +197,7 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
         optimizer.load_state_dict(saved["optimizer"])
         state.update({k: saved[k] for k in state if k in saved})
         log.info("resumed from %s at job step %d", path, state["job_steps"])
+    STARTUP["resumed"] = time.time()
     bs = int(state["batch_size"])
     total_steps = int(state["total_steps"])
     if spec is not None and spec.batch_size is not None and spec.batch_size != bs:
@@ -214,20 +229,33 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
         loader, spec, sink, batch_size=bs, world_size=gang.world_size, job_id=spec.job_id if spec else -1,
         job_steps=int(state["job_steps"]), total_steps=total_steps, epoch=loader.epoch,
         stop_requested=flag, agree=gang.agree if gang.world_size > 1 else None, sync_every=args.sync_every,
+        startup=STARTUP,
     )
     changes: list[tuple[int, int, int]] = list(state["batch_size_changes"])
+    # The job's optimizer steps so far (the same on every rank, kept across leases): adaptation
+    # checks fall on this global step, so preemptions do not move them (issue 12, item 3).
+    step0 = int(state["step"]) if state.get("step") is not None else int(state["job_steps"]) // gang.world_size
 
-    def change_batch_size(new: int, mode: str, statistic: float | None) -> None:
-        new = gang.broadcast_int(new)  # rank 0's decision is the gang's
+    def change_batch_size(proposed: int, mode: str, statistic: float | None) -> None:
+        """A decision point, reached by every rank at the same step: rank 0's proposal is the gang's.
+
+        Called whether or not this rank proposes a change, so the broadcast is always matched.
+        """
+        new = gang.broadcast_int(proposed)
         old = loader.batch_size
+        if gns is not None:
+            gns.adopt(new)
         if new == old:
             return
         loader.batch_size = new
-        if gns is not None:
-            gns.batch_size = new
         scale_learning_rate(optimizer, old, new)
         it.set_batch_size(new, mode=mode, statistic=statistic)  # type: ignore[arg-type]
         changes.append((it.job_steps, old, new))
+
+    def gns_decision_point() -> None:
+        assert gns is not None
+        proposal = gns.propose()
+        change_batch_size(proposal[0] if proposal else loader.batch_size, "gns", proposal[1] if proposal else None)
 
     last_epoch = it.epoch
     try:
@@ -239,9 +267,7 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
                     new, _critical, rel = accordion.end_epoch()
                     change_batch_size(new, "accordion", rel)
                 if gns is not None and args.gns_check_every == 0:
-                    decision = gns.decide()
-                    if decision:
-                        change_batch_size(decision[0], "gns", decision[1])
+                    gns_decision_point()
             optimizer.zero_grad(set_to_none=True)
             n = int(batch[0].shape[0])
             if gns is not None and gang.world_size == 1 and n >= 2:
@@ -267,10 +293,8 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
                 accordion.accumulate(flat)
             optimizer.step()
             it.record_loss(loss.detach())
-            if gns is not None and args.gns_check_every and (it.steps + 1) % args.gns_check_every == 0:
-                decision = gns.decide()
-                if decision:
-                    change_batch_size(decision[0], "gns", decision[1])
+            if gns is not None and args.gns_check_every and (step0 + it.steps + 1) % args.gns_check_every == 0:
+                gns_decision_point()
     except BaseException as exc:
         if gang.local_rank == 0:
             it.finish("failed", message=repr(exc)[:500])
@@ -298,6 +322,7 @@ def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag)
             "accordion": accordion.state_dict() if accordion else None,
             "completed": completed,
             "batch_size_changes": changes,
+            "step": step0 + it.steps,
         }
         path = save_checkpoint(ckpt_dir, saved_state, job_steps=it.job_steps, keep=args.keep_checkpoints)
     gang.barrier()  # rank 0's checkpoint is on disk (a gang spanning nodes needs a shared folder)

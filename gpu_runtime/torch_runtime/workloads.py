@@ -258,8 +258,15 @@ class EpochLoader:
 
     Each epoch's order is a permutation seeded by ``(seed, epoch)``; a step of
     the gang consumes ``world_size * batch_size`` consecutive positions and
-    rank ``r`` takes the ``r``-th slice.  ``position`` (samples consumed in the
-    current epoch) and ``epoch`` are saved in checkpoints so a resumed job
+    rank ``r`` takes the ``r``-th slice.  Every step is full: the last step of
+    an epoch is completed with the first samples of the next epoch's order
+    (which that epoch then starts after), so every rank trains exactly
+    ``batch_size`` samples per step, all ranks run the same number of steps
+    (no collective is left waiting on a rank with an empty tail), and a job
+    step stands for exactly ``world_size * batch_size`` samples.
+    ``position`` (samples consumed in the current epoch; after the epoch's
+    last step it may exceed the dataset size by the samples borrowed from the
+    next epoch) and ``epoch`` are saved in checkpoints so a resumed job
     continues where it stopped, even with another batch size or world size.
     ``batch_size`` may be changed between batches.
     """
@@ -278,6 +285,8 @@ class EpochLoader:
     ):
         self.data = data
         self.size = int(data[0].shape[0])
+        if self.size < 1:
+            raise ValueError("the dataset is empty")
         self.batch_size = batch_size
         self.rank = rank
         self.world_size = world_size
@@ -287,18 +296,32 @@ class EpochLoader:
         self.device = torch.device(device)
 
     def steps_per_epoch(self) -> int:
-        """Gang steps in a full epoch at the current batch size."""
+        """Gang steps in a full epoch at the current batch size (the last one borrows from the next epoch)."""
         return math.ceil(self.size / (self.batch_size * self.world_size))
 
+    def _order(self, epoch: int) -> torch.Tensor:
+        return torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed * 100003 + epoch))
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        perm = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed * 100003 + self.epoch))
+        perm = self._order(self.epoch)
         while self.position < self.size:
             step = self.batch_size * self.world_size
-            lo = self.position + self.rank * self.batch_size
-            idx = perm[lo:min(lo + self.batch_size, self.size, self.position + step)]
-            self.position = min(self.size, self.position + step)
-            if idx.numel() == 0:  # the epoch's tail is shorter than this rank's slice
-                idx = perm[-1:]
+            lo, hi = self.position + self.rank * self.batch_size, self.position + (self.rank + 1) * self.batch_size
+            if self.position + step <= self.size:
+                idx = perm[lo:hi]
+            else:  # the epoch's last step: fill it from the following epochs' orders
+                parts, have, e = [perm[self.position:]], self.size - self.position, self.epoch
+                while have < step:
+                    e += 1
+                    nxt = self._order(e)[: step - have]
+                    parts.append(nxt)
+                    have += int(nxt.numel())
+                idx = torch.cat(parts)[lo - self.position:hi - self.position]
+            self.position += step
             yield tuple(t[idx].to(self.device, non_blocking=True) for t in self.data)
-        self.position = 0
+        # the samples the last step borrowed are the start of the next epoch(s)
+        self.position -= self.size
         self.epoch += 1
+        while self.position >= self.size:  # a step longer than the dataset consumed whole epochs
+            self.position -= self.size
+            self.epoch += 1

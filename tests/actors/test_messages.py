@@ -18,14 +18,15 @@ _FINITE = dict(allow_nan=False, allow_infinity=False)
 
 
 def _strategy(t: msgspec.inspect.Type) -> st.SearchStrategy:
-    """A hypothesis strategy for a msgspec type description (respects ge/gt bounds)."""
+    """A hypothesis strategy for a msgspec type description (respects ge/gt/le bounds)."""
     I = msgspec.inspect
     if isinstance(t, I.IntType):
         lo = t.ge if t.ge is not None else (t.gt + 1 if t.gt is not None else -(2**40))
         return st.integers(min_value=lo, max_value=2**40)
     if isinstance(t, I.FloatType):
         lo = t.ge if t.ge is not None else t.gt
-        return st.floats(min_value=lo, max_value=1e12, exclude_min=t.gt is not None, **_FINITE) if lo is not None else st.floats(min_value=-1e12, max_value=1e12, **_FINITE)
+        hi = t.le if t.le is not None else 1e12
+        return st.floats(min_value=lo, max_value=hi, exclude_min=t.gt is not None, **_FINITE) if lo is not None else st.floats(min_value=-1e12, max_value=hi, **_FINITE)
     if isinstance(t, I.StrType):
         return st.text(max_size=20)
     if isinstance(t, I.BoolType):
