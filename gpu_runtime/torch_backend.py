@@ -176,6 +176,8 @@ class TorchBackend:
         self._launching: dict[int, asyncio.Task] = {}  # lease id -> launch task
         self._finished: dict[int, LeaseEnded] = {}  # job id -> final report of a run that ended while lingering
         self._shutdown_s: dict[int, float] = {}  # job id -> shut-down seconds not reported yet
+        self._cancelled: set[int] = set()  # lease ids stopped while being launched
+        self._launch_claims: dict[int, tuple[int, frozenset[int]]] = {}  # launching lease -> (job, local GPUs)
         self._tasks: set[asyncio.Task] = set()
         self.log = structlog.get_logger().bind(actor="torch-backend")
         self.stats = dict.fromkeys(
@@ -214,21 +216,32 @@ class TorchBackend:
                 report(self._report(lease, final.job_steps, 0, 0.0, self._clock.now(), final.batch_size,
                                     final.job_steps, final.total_steps))
             return
-        self._launching[lease.lease_id] = self._spawn(self._launch(lease, report))
+        # launches of this node queue behind earlier ones of the same job or GPUs (whose process
+        # may not exist yet, so it is not in _runs to be stopped)
+        before = [t for lid, t in self._launching.items()
+                  if self._launch_claims[lid][0] == lease.job_id or self._launch_claims[lid][1] & set(self._local(lease))]
+        self._launch_claims[lease.lease_id] = (lease.job_id, frozenset(self._local(lease)))
+        self._launching[lease.lease_id] = self._spawn(self._launch(lease, report, before))
 
     def stop(self, lease_id: int) -> None:
-        """Preempt ``lease_id`` now (StopLease): SIGTERM, checkpoint, report. Unknown ids are ignored."""
-        task = self._launching.pop(lease_id, None)
-        if task is not None:
-            task.cancel()
+        """Preempt ``lease_id`` now (StopLease): SIGTERM, checkpoint, report. Unknown ids are ignored.
+
+        A lease still being launched is stopped as soon as its process exists (or, if it is
+        still waiting for its GPUs, reported with no step): a launch is never abandoned halfway,
+        which could leave a process nobody tracks.
+        """
+        if lease_id in self._launching:
+            self._cancelled.add(lease_id)
         for run in list(self._runs.values()):
             if run.lease is not None and run.lease.lease_id == lease_id:
                 self._stop_run(run, "stop_lease")
 
     async def aclose(self) -> None:
         """Stop every process (SIGTERM, checkpoint, grace) and wait for them."""
-        for task in list(self._launching.values()):
-            task.cancel()
+        launching = list(self._launching.values())
+        self._cancelled.update(self._launching)
+        if launching:
+            await asyncio.gather(*launching, return_exceptions=True)
         waits = [self._stop_run(run, "shutdown") for run in list(self._runs.values())]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
@@ -241,15 +254,30 @@ class TorchBackend:
     def _job_dir(self, job_id: int) -> Path:
         return Path(self.config.checkpoint_root).expanduser().resolve() / f"job-{job_id}"
 
-    async def _launch(self, lease: LeaseRequest, report: ReportFn) -> None:
+    async def _launch(self, lease: LeaseRequest, report: ReportFn, before: list[asyncio.Task]) -> None:
+        try:
+            await self._launch_after(lease, report, before)
+        finally:
+            self._launch_claims.pop(lease.lease_id, None)
+
+    async def _launch_after(self, lease: LeaseRequest, report: ReportFn, before: list[asyncio.Task]) -> None:
         cfg = self.config
         local = self._local(lease)
         try:
+            if before:
+                await asyncio.gather(*before, return_exceptions=True)
             # free this node's GPUs of the lease, and the job's process elsewhere on the node
             conflicts = [r for r in self._runs.values()
                          if r.job_id == lease.job_id or r.local_gpus.intersection(local)]
             if conflicts:
                 await asyncio.gather(*(self._stop_run(r, "preempted") for r in conflicts), return_exceptions=True)
+            if lease.lease_id in self._cancelled:  # stopped while it waited for its GPUs: no process
+                self._cancelled.discard(lease.lease_id)
+                self._launching.pop(lease.lease_id, None)
+                if lease.node_rank == 0:
+                    steps = latest_checkpoint_steps(self._job_dir(lease.job_id))
+                    report(self._report(lease, 0, 0, 0.0, self._clock.now(), lease.batch_size, steps, None))
+                return
             if not local:
                 raise InputError(f"lease {lease.lease_id}", f"no GPU of {lease.gpu_ids} on this node {self.node_gpus}")
             job_dir = self._job_dir(lease.job_id)
@@ -318,6 +346,9 @@ class TorchBackend:
                       node_rank=lease.node_rank, num_nodes=lease.num_nodes, ranks=len(local), pid=proc.pid,
                       resumed_from_steps=resumed)
         run.waiter = self._spawn(self._watch(run))
+        if lease.lease_id in self._cancelled:
+            self._cancelled.discard(lease.lease_id)
+            self._stop_run(run, "stop_lease")
 
     def _adopt(self, run: _Run, lease: LeaseRequest, report: ReportFn) -> None:
         now = self._clock.now()

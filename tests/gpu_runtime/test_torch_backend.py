@@ -95,19 +95,21 @@ async def test_job_actor_takes_the_trainers_counts_and_records_its_batch_size_ch
                      completion_cap_factor=None)
     task = actor.start()
     # the trainer doubled its batch size mid-lease and rescaled its own total (remaining samples)
+    # (in three changes: 5 -> 20 -> 40 -> 10, say, for Accordion), with measured restart phases
     bus.send(LeaseReport(dst="job/0", lease_id=1, job_id=0, round_index=0, gpu_ids=[0], steps=200,
                          execution_s=4.0, finish_s=1.0, batch_size=5, requested_batch_size=10,
-                         job_steps=200, total_steps=600))
+                         job_steps=200, total_steps=600, batch_size_changes=3, startup_s=2.5, shutdown_s=0.5))
     msg = await asyncio.wait_for(inbox.get(), 5)
     assert isinstance(msg, JobProgress)
     assert (msg.steps_done, msg.total_steps, msg.batch_size, msg.batch_size_change) == (200, 600, 10, (5, 10))
+    assert (msg.batch_size_changes, msg.startup_s, msg.shutdown_s) == (3, 2.5, 0.5)  # changes, not leases
     assert msg.measured_throughput == 50.0 and not msg.completed
     # a failed lease resumes from the checkpoint: the trainer's count wins, no progress credited
     bus.send(LeaseReport(dst="job/0", lease_id=2, job_id=0, round_index=1, gpu_ids=[0], steps=0,
                          execution_s=0.0, finish_s=2.0, batch_size=10, failed=True, reason="x",
                          job_steps=150, total_steps=600))
     msg = await asyncio.wait_for(inbox.get(), 5)
-    assert (msg.steps_done, msg.lease_failed, msg.batch_size_change) == (150, True, None)
+    assert (msg.steps_done, msg.lease_failed, msg.batch_size_change, msg.batch_size_changes) == (150, True, None, 0)
     bus.send(LeaseReport(dst="job/0", lease_id=3, job_id=0, round_index=2, gpu_ids=[0], steps=450,
                          execution_s=5.0, finish_s=3.0, batch_size=10, job_steps=600, total_steps=600))
     msg = await asyncio.wait_for(inbox.get(), 5)
