@@ -1,17 +1,28 @@
-"""Cost of one preempt-and-resume cycle per workload, on this machine.
+"""Cost of one preempt-and-resume cycle per workload and launch mode, phase by phase.
 
-For each workload: launch a one-rank lease through the real launcher
-(torchrun, gloo on CPU), let it train a few steps, then measure
+For each workload: launch a lease through the real launcher (gloo on CPU), let it train a few
+steps, preempt it (SIGTERM), relaunch it from its checkpoint, and print
 
-* ``stop``: SIGTERM -> checkpoint written -> torchrun exited;
-* ``restart``: relaunch -> checkpoint loaded -> first step trained (the first
-  Progress report of the new lease, sent right after its first step);
-* ``cycle``: their sum, the seconds of training lost to one preemption
-  (plus the steps that would have run in that time).
+* ``ckpt``: SIGTERM -> checkpoint written (the trainer's final report);
+* ``exit``: checkpoint -> the lease's process exited (torchrun: its agent);
+* ``spawn``: relaunch -> the training script's first line ran (interpreter, torchrun agent,
+  rendezvous);
+* ``import``: -> torch and the training modules imported;
+* ``build``: -> dataset and model built;
+* ``resume``: -> checkpoint loaded;
+* ``step``: -> first training step done (its report);
+* ``total``: preemption (SIGTERM) -> the next lease's first step: what a preemption costs
+  in training time, besides the steps that would have run meanwhile.
+
+Launch modes: ``direct`` (one rank, the training module itself, the default of the torch back
+end), ``torchrun`` (one rank under torchrun) and ``torchrun2`` (a two-rank gang).
 
 Usage::
 
-    python benchmarks/bench_preempt_resume.py [--workloads LM,Recommendation,ResNet-18] [--small] [--repeat 1]
+    python benchmarks/bench_preempt_resume.py [--workloads LM,Recommendation,ResNet-18]
+        [--modes direct,torchrun,torchrun2] [--small] [--repeat 3] [--busy 1]
+
+``--busy N`` keeps N cores busy with a spinning process while measuring (a loaded node).
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import asyncio
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +54,8 @@ SMALL = {
     "LM": ["--width", "16", "--dataset-size", "200"],
     "Recommendation": ["--width", "8", "--dataset-size", "8192"],
 }
+MODES = {"direct": (1, True), "torchrun": (1, False), "torchrun2": (2, False)}
+PHASES = ("ckpt", "exit", "spawn", "import", "build", "resume", "step", "total")
 
 
 async def _first_progress(path: Path, lease_id: str, steps: int, timeout: float = 300.0) -> Progress:
@@ -51,72 +65,86 @@ async def _first_progress(path: Path, lease_id: str, steps: int, timeout: float 
         for r in read_reports(path):
             if isinstance(r, Progress) and r.lease_id == lease_id and r.steps >= steps:
                 return r
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.01)
     raise RuntimeError(f"lease {lease_id}: no progress within {timeout} s")
 
 
-async def one_cycle(workload: str, small: bool, workdir: Path) -> dict[str, float]:
+async def one_cycle(workload: str, mode: str, small: bool, workdir: Path) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     progress = workdir / "progress.jsonl"
     train_args = ["--workload", workload, *ARGS[workload], *(SMALL[workload] if small else []),
                   "--total-steps", "10000000"]
     common = dict(job_id=1, checkpoint_dir=str(workdir / "ckpt"), progress_file=str(progress), report_interval=0.0)
-    log = open(workdir / "torchrun.log", "ab")
+    ranks, direct = MODES[mode]
+    placement = Placement(nproc_per_node=ranks)
+    log = open(workdir / "lease.log", "ab")
     try:
-        first = LeaseProcess(LeaseSpec(lease_id="a", **common), Placement(), train_args, base_env=env,
-                             stdout=log, stderr=log, cwd=str(REPO))
+        first = LeaseProcess(LeaseSpec(lease_id="a", **common), placement, train_args, base_env=env,
+                             stdout=log, stderr=log, cwd=str(REPO), direct=direct, grace=120)
         await first.start()
         await _first_progress(progress, "a", 5)
-        t0 = time.time()
-        out = await first.stop(grace=120)
-        t_exit = time.time()
+        out = await first.stop()
         if out.kind != "preempted":
             raise RuntimeError(f"{workload}: expected a clean preemption, got {out}")
         ended = out.report
-        assert isinstance(ended, LeaseEnded)
-        ckpt_bytes = Path(ended.checkpoint_path).stat().st_size
-        second = LeaseProcess(LeaseSpec(lease_id="b", **common), Placement(), train_args, base_env=env,
-                              stdout=log, stderr=log, cwd=str(REPO))
-        t_launch = time.time()
+        assert isinstance(ended, LeaseEnded) and first.stop_requested_at and first.exited_at
+        second = LeaseProcess(LeaseSpec(lease_id="b", **common), placement, train_args, base_env=env,
+                              stdout=log, stderr=log, cwd=str(REPO), direct=direct, grace=120)
         await second.start()
         p = await _first_progress(progress, "b", 1)
-        t_first = p.time
-        await second.stop(grace=120)
+        await second.stop()
     finally:
         log.close()
+    t = p.startup or {}
+    sigterm, launched = first.stop_requested_at, second.launched_at
+    assert launched is not None
     return {
-        "checkpoint_written": ended.time - t0,
-        "stop": t_exit - t0,
-        "restart": t_first - t_launch,
-        "cycle": t_first - t0,
-        "checkpoint_mb": ckpt_bytes / 1e6,
+        "ckpt": ended.time - sigterm,
+        "exit": first.exited_at - ended.time,
+        "spawn": t["process"] - launched,
+        "import": t["imported"] - t["process"],
+        "build": t["built"] - t["imported"],
+        "resume": t["resumed"] - t["built"],
+        "step": t.get("first_step", p.time) - t["resumed"],
+        # the relaunch follows the exit at once here; a scheduler adds its own delay
+        "total": (first.exited_at - sigterm) + (t.get("first_step", p.time) - launched),
+        "checkpoint_mb": Path(ended.checkpoint_path).stat().st_size / 1e6,
         "throughput": ended.throughput,
     }
 
 
 async def main_async(args: argparse.Namespace) -> None:
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    print(f"preempt-and-resume cycle, 1 rank, torchrun + gloo on CPU ({os.cpu_count()} CPUs); "
-          f"{'small' if args.small else 'full-size'} models; median of {args.repeat}")
-    print(f"{'workload':<16}{'ckpt MB':>9}{'steps/s':>9}{'ckpt write s':>14}{'stop s':>9}{'restart s':>11}{'cycle s':>9}")
-    for name in names:
-        rows = []
-        for _ in range(args.repeat):
-            d = Path(tempfile.mkdtemp(prefix="shockwave-bench-"))
-            try:
-                rows.append(await one_cycle(name, args.small, d))
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
-        med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-        print(f"{name:<16}{med['checkpoint_mb']:>9.1f}{med['throughput']:>9.1f}{med['checkpoint_written']:>14.2f}"
-              f"{med['stop']:>9.2f}{med['restart']:>11.2f}{med['cycle']:>9.2f}")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        print(f"preempt-and-resume cycle, gloo on CPU ({os.cpu_count()} CPUs, {args.busy} kept busy); "
+              f"{'small' if args.small else 'full-size'} models; seconds, median of {args.repeat}")
+        print(f"{'workload':<16}{'mode':<11}{'ckpt MB':>8}{'steps/s':>9}" + "".join(f"{k:>8}" for k in PHASES))
+        for name in names:
+            for mode in modes:
+                rows = []
+                for _ in range(args.repeat):
+                    d = Path(tempfile.mkdtemp(prefix="shockwave-bench-"))
+                    try:
+                        rows.append(await one_cycle(name, mode, args.small, d))
+                    finally:
+                        shutil.rmtree(d, ignore_errors=True)
+                med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+                print(f"{name:<16}{mode:<11}{med['checkpoint_mb']:>8.1f}{med['throughput']:>9.1f}"
+                      + "".join(f"{med[k]:>8.2f}" for k in PHASES), flush=True)
+    finally:
+        for proc in busy:
+            proc.kill()
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workloads", default="LM,Recommendation,ResNet-18")
+    p.add_argument("--modes", default="direct,torchrun,torchrun2")
     p.add_argument("--small", action="store_true", help="use the test-size models")
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--busy", type=int, default=0, help="cores kept busy while measuring")
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -8,8 +8,12 @@ job with scale factor 2 whose gang spans both workers (``[live] placement = "spr
 job, an Accordion job and a static Recommendation job (small model knobs).  Five GPUs are asked
 of four, so jobs are preempted (SIGTERM, checkpoint) and resumed from their checkpoints.
 Asserted: every job completes and its final checkpoint holds ``job_steps >= total_steps``; the
-gang ran on both nodes; at least one preemption and one resume from a checkpoint; a real
-batch-size change reached the job's status and the next round re-planned because of it.
+gang (a two-rank GNS job) ran on both nodes; at least one preemption and one resume from a
+checkpoint; a real batch-size change reached the job's status and the next round re-planned
+because of it; each job's ``batch_size_changes`` equals its checkpoint's list, its measured
+start-up is reported; no process of a lease is alive 10 s after the worker logged its end (a
+thread watches ``/proc`` for the leases' environment); and the adaptive jobs, rerun without any
+preemption, reach the same batch-size schedules (issue 12).
 Skipped without torch. Every wait is on a condition, bounded by a deadline of 40 rounds.
 """
 
@@ -31,8 +35,8 @@ torch = pytest.importorskip("torch")
 
 LM = "--width 16 --dataset-size 200"
 JOBS = [
-    {"name": "gang", "model": "LM", "batch_size": 10, "scale_factor": 2, "total_steps": 6000, "mode": "static",
-     "command": LM, "duration_s": 40.0},
+    {"name": "gang", "model": "LM", "batch_size": 5, "scale_factor": 2, "total_steps": 6000, "mode": "gns",
+     "command": LM + " --gns-check-every 10 --gns-min-updates 10 --max-batch-size 20", "duration_s": 40.0},
     {"name": "gns", "model": "LM", "batch_size": 5, "scale_factor": 1, "total_steps": 14000, "mode": "gns",
      "command": LM + " --gns-check-every 10 --gns-min-updates 10 --max-batch-size 20", "duration_s": 40.0},
     {"name": "accordion", "model": "LM", "batch_size": 5, "scale_factor": 1, "total_steps": 3600,
@@ -164,6 +168,7 @@ def test_real_training_cluster(tmp_path):
     serve_log, w1_log, w2_log = tmp_path / "serve.log", tmp_path / "w1.log", tmp_path / "w2.log"
     procs: list[subprocess.Popen] = []
     started = time.monotonic()
+    watcher = LeaseWatcher(tmp_path / "ckpt")
     try:
         serve, url = start_serve(config, serve_log)
         procs.append(serve)
@@ -191,6 +196,18 @@ def test_real_training_cluster(tmp_path):
     finally:
         for p in reversed(procs):
             stop(p)
+        watcher.close()
+    # no process of a lease outlives it: 10 s after the worker logged the end of a lease's
+    # process, none of its processes was seen; none is left after the workers stopped
+    ended_at: dict[str, float] = {}  # a gang's lease ends on each of its nodes: the last of them
+    for event in (e for log in (w1_log, w2_log) for e in _events(log, "lease_process_ended")):
+        if event.get("lease_id") is not None:
+            lease = f"lease{event['lease_id']}"
+            ended_at[lease] = max(ended_at.get(lease, 0.0), _wall(event))
+    assert ended_at and set(watcher.last_seen) <= set(ended_at), (watcher.last_seen, ended_at)
+    for lease, seen in watcher.last_seen.items():
+        assert seen <= ended_at[lease] + 10.0, (lease, seen, ended_at[lease])
+    wait_for(lambda: not watcher.alive(), 10, what="no lease process left after the workers stopped")
 
     by_name = {j["name"]: j for j in jobs}
     # every job reached its step count, checked from its final checkpoint (the trainer's truth)
@@ -200,7 +217,18 @@ def test_real_training_cluster(tmp_path):
         state, _path = loaded
         assert state["completed"] and state["job_steps"] >= state["total_steps"] > 0, (job, state["job_steps"])
         assert job["steps_done"] == state["job_steps"] and job["total_steps"] == state["total_steps"]
-    assert by_name["gang"]["steps_done"] >= 6000 and by_name["static"]["steps_done"] >= static_steps
+    assert by_name["gang"]["steps_done"] > 0 and by_name["static"]["steps_done"] >= static_steps
+    # honest counters: the status counts every change the trainer made; restarts were measured
+    for job in jobs:
+        state, _path = load_latest(tmp_path / "ckpt" / f"job-{job['job_id']}")
+        assert job["batch_size_changes"] == len(state["batch_size_changes"]), (job, state["batch_size_changes"])
+        assert job["startup_s"] is not None and job["startup_s"] > 0, job
+    assert any(j["shutdown_s"] is not None for j in jobs), jobs
+    # the same schedules as without any preemption (a function of the job's global step)
+    for name in ("gang", "gns", "accordion"):
+        job = next(j for j in jobs_to_submit if j["name"] == name)
+        state, _path = load_latest(tmp_path / "ckpt" / f"job-{by_name[name]['job_id']}")
+        assert [list(c) for c in state["batch_size_changes"]] == uninterrupted_schedule(job, tmp_path / f"alone-{name}"), name
 
     launched = _events(w1_log, "lease_launched") + _events(w2_log, "lease_launched")
     gang_id = by_name["gang"]["job_id"]
@@ -226,3 +254,77 @@ def test_real_training_cluster(tmp_path):
         f"{sum(j['batch_size_changes'] for j in jobs)} batch-size changes reported "
         f"(jobs {[j['name'] for j in changed]}), {len(replans)} re-plans on them\n"
     )
+
+
+class LeaseWatcher:
+    """Watches ``/proc`` for processes of this test's leases (``SHOCKWAVE_CHECKPOINT_DIR`` under
+    ``root``) and records, per ``SHOCKWAVE_LEASE_ID``, the last Unix time one was seen alive."""
+
+    def __init__(self, root: Path, interval_s: float = 0.25):
+        import threading
+
+        self.marker = f"SHOCKWAVE_CHECKPOINT_DIR={root}".encode()
+        self.last_seen: dict[str, float] = {}
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def alive(self) -> dict[int, str]:
+        """pid -> lease id of the leases' processes alive now (zombies excluded)."""
+        import os
+
+        found: dict[int, str] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    environ = fh.read()
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if self.marker not in environ or state in (b"Z", b"X"):
+                continue
+            for item in environ.split(b"\0"):
+                if item.startswith(b"SHOCKWAVE_LEASE_ID="):
+                    found[int(name)] = item.split(b"=", 1)[1].decode()
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            now = time.time()
+            for lease in self.alive().values():
+                self.last_seen[lease] = now
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _wall(rec: dict) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(rec["wall"].replace("Z", "+00:00")).timestamp()
+
+
+def uninterrupted_schedule(job: dict, folder: Path) -> list:
+    """The batch-size changes of ``job`` trained from scratch to completion in one lease (torchrun
+    with its scale factor as ranks on this node), as its checkpoint records them."""
+    from gpu_runtime.launcher import EXIT_COMPLETED
+    from gpu_runtime.torch_runtime.checkpoint import load_latest
+
+    args = ["--workload", job["model"], "--batch-size", str(job["batch_size"]), "--total-steps",
+            str(job["total_steps"]), "--mode", job["mode"], *job["command"].split(), "--checkpoint-dir", str(folder),
+            "--threads", "1"]
+    if job["scale_factor"] == 1:
+        cmd = [sys.executable, "-m", "gpu_runtime.torch_runtime.train", *args]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={job['scale_factor']}", "-m", "gpu_runtime.torch_runtime.train", *args]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(), cwd=ROOT, timeout=600)
+    state, _path = load_latest(folder)
+    assert state["completed"], (proc.returncode, proc.stderr[-2000:])
+    assert job["scale_factor"] > 1 or proc.returncode == EXIT_COMPLETED
+    return [list(change) for change in state["batch_size_changes"]]
