@@ -74,6 +74,28 @@ def test_store_round_trip_and_requeue(tmp_path):
     assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_store_keeps_change_counts_and_restart_phases_and_upgrades_an_older_database(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)  # the jobs table as released before these columns existed
+    old.executescript(
+        "CREATE TABLE jobs (job_id INTEGER PRIMARY KEY, spec BLOB NOT NULL, state TEXT NOT NULL,"
+        " steps_done INTEGER NOT NULL DEFAULT 0, total_steps INTEGER NOT NULL, batch_size INTEGER NOT NULL,"
+        " throughput REAL NOT NULL DEFAULT 0, run_time_s REAL NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,"
+        " rounds_run INTEGER NOT NULL DEFAULT 0, submit_s REAL NOT NULL, finish_s REAL, reason TEXT NOT NULL DEFAULT '');")
+    old.close()
+    store = Store(path)
+    spec = JobSpec(model="toy", batch_size=8, scale_factor=1, total_steps=100, job_id=0, name="a")
+    store.add_job(0, spec, 10.0, 5.0)
+    (job,) = store.jobs()
+    assert (job.batch_size_changes, job.startup_s, job.shutdown_s) == (0, None, None)
+    store.update_job(0, batch_size_changes=23, startup_s=2.5, shutdown_s=0.4)
+    store.close()
+    (job,) = Store(path).jobs()  # a restarted serve keeps them
+    assert (job.batch_size_changes, job.startup_s, job.shutdown_s) == (23, 2.5, 0.4)
+
+
 def test_local_cluster_config_is_valid_and_env_token_wins(monkeypatch, tmp_path):
     from configs.loader import BUNDLED, load_config
     from workloads.errors import InputError
