@@ -102,13 +102,6 @@ class JobRecord:
     startup_s: float | None = None
     shutdown_s: float | None = None
 
-    @property
-    def restart_overhead_s(self) -> float | None:
-        """The job's last measured restart cost (start-up plus shut-down; None: not measured)."""
-        if self.startup_s is None and self.shutdown_s is None:
-            return None
-        return (self.startup_s or 0.0) + (self.shutdown_s or 0.0)
-
     def __post_init__(self) -> None:
         self.total_steps = self.total_steps or self.spec.total_steps
         self.batch_size = self.batch_size or self.spec.batch_size

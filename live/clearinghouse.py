@@ -69,6 +69,7 @@ from actors.kernel.messages import (
     StopLease,
     SubmitJob,
 )
+from live.guard import check_lease_message
 from live.read_model import ReadModel
 from live.store import Store
 from market.base import RoundContext, RoundPolicy
@@ -284,43 +285,8 @@ class LiveClearinghouse(Clearinghouse):
                 return "stale_incarnation"
             return None
         if isinstance(msg, (LeaseReport, LeaseProgress)):
-            return self._check_lease_message(peer, incarnation, msg)
+            return check_lease_message(self, peer, incarnation, msg)
         return "not_accepted_from_the_network"
-
-    def _check_lease_message(self, peer: str, incarnation: str, msg) -> str | None:
-        info = self.outstanding.get(msg.lease_id)
-        if info is None:
-            return "lease_not_outstanding"
-        if info.job_id != msg.job_id or msg.dst != f"job/{msg.job_id}":
-            return "lease_job_mismatch"
-        gpu = msg.src.removeprefix("gpu/")
-        if not gpu.isdigit() or int(gpu) not in info.gpu_ids or int(gpu) not in self.nodes.get(peer, ()):
-            return "lease_not_held_by_sender"
-        if self.node_incarnation.get(peer) != incarnation:
-            return "stale_incarnation"
-        record = self.records.get(msg.job_id)
-        if record is None:
-            return "lease_job_mismatch"
-        gang = len(info.gpu_ids)
-        total = record.total_steps
-        # a job's step count may be rescaled by a batch-size change, but never above its
-        # samples (steps at batch size 1); the last step of a gang may overshoot by the gang
-        ceiling = max(total, record.spec.total_steps * record.spec.batch_size) + gang
-        if msg.total_steps is not None and msg.total_steps > ceiling:
-            return "steps_out_of_bounds"
-        if msg.job_steps is not None and msg.job_steps > ceiling:
-            return "steps_out_of_bounds"
-        if isinstance(msg, LeaseReport):
-            if tuple(msg.gpu_ids) != tuple(info.gpu_ids):
-                return "lease_job_mismatch"
-            if msg.lease_id in self.reports_accepted:
-                return "lease_already_reported"
-            if msg.steps > max(0, total - record.steps_done) + gang and msg.job_steps is None:
-                return "steps_out_of_bounds"
-            if msg.batch_size_changes is not None and msg.batch_size_changes > msg.steps + 1:
-                return "steps_out_of_bounds"  # at most one change per step
-            self.reports_accepted.add(msg.lease_id)
-        return None
 
     # -- nodes ------------------------------------------------------------------------------
     @handles(RegisterGPUs)

@@ -96,7 +96,9 @@ class ReadModel:
             throughput=record.throughput, run_time_s=record.run_time_s, rounds_run=record.rounds_run,
             submit_s=record.arrival_s, finish_s=record.finish_s, reason=record.reason,
             gpu_ids=list(record.gpu_ids), batch_size_changes=record.batch_size_changes,
-            startup_s=record.startup_s, shutdown_s=record.shutdown_s, restart_overhead_s=record.restart_overhead_s,
+            startup_s=record.startup_s, shutdown_s=record.shutdown_s,
+            restart_overhead_s=None if record.startup_s is None and record.shutdown_s is None
+            else (record.startup_s or 0.0) + (record.shutdown_s or 0.0),
         )
         was_active = old is not None and old.state not in TERMINAL
         is_active = status.state not in TERMINAL
