@@ -28,8 +28,9 @@ Mode = Literal["static", "accordion", "gns"]
 NonNeg = Annotated[float, Meta(ge=0)]
 NonNegInt = Annotated[int, Meta(ge=0)]
 PosInt = Annotated[int, Meta(ge=1)]
-#: a measured restart phase: at most a day (a report claiming more is refused at decoding)
-PhaseSeconds = Annotated[float, Meta(ge=0, le=86400)]
+#: the longest measured restart phase a report may carry, seconds (more is refused at decoding)
+MAX_PHASE_S = 86400.0
+PhaseSeconds = Annotated[float, Meta(ge=0, le=MAX_PHASE_S)]
 
 
 class LeaseRequest(msgspec.Struct, frozen=True, kw_only=True):

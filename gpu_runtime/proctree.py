@@ -1,6 +1,6 @@
 """The processes of a lease: the parent-death signal and the process tree (Linux ``/proc``; no torch).
 
-A lease's processes must end with the lease (issue 12, item 2). Three mechanisms, used by
+A lease's processes must end with the lease (issue 12, item 2). Two mechanisms, used by
 :class:`gpu_runtime.launcher.LeaseProcess` and the training script:
 
 * :func:`set_parent_death_signal` (``prctl(PR_SET_PDEATHSIG)``): a process gets a signal when
@@ -10,9 +10,8 @@ A lease's processes must end with the lease (issue 12, item 2). Three mechanisms
   does not reach them).
 * :class:`ProcessTree`: the descendants of the lease's root process, remembered as
   ``(pid, start time)`` pairs while they are alive, so that they can still be found and killed
-  after the root has died and they were re-parented, and a recycled pid is never signalled.
-* :func:`kill_all`: SIGKILL to every remembered process still alive, then wait until they are
-  gone.
+  after the root has died and they were re-parented, and a recycled pid is never signalled;
+  :class:`gpu_runtime.launcher.LeaseProcess` SIGKILLs the living ones when the lease ends.
 
 On systems without ``/proc`` or ``prctl`` these do nothing (and say so by their return values).
 """
@@ -23,11 +22,8 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-import signal
-import time
-from collections.abc import Iterable
 
-__all__ = ["ProcessTree", "kill_all", "process_start_time", "set_parent_death_signal", "alive"]
+__all__ = ["ProcessTree", "alive", "process_start_time", "set_parent_death_signal"]
 
 _PR_SET_PDEATHSIG = 1
 _prctl = None
@@ -52,55 +48,49 @@ def set_parent_death_signal(sig: int) -> bool:
     return True
 
 
-def process_start_time(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22); None: gone."""
+def _stat(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after ``pid (comm)``: state first, so field N of
+    proc(5) is at index N - 3 (None: no such process)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2:].split()  # after "pid (comm) "
+    return data[data.rfind(b")") + 2:].split()
+
+
+def _field(fields: list[bytes] | None, index: int) -> int | None:
     try:
-        return int(fields[19])  # field 22 overall: state is field 3, index 0 here
+        return int(fields[index]) if fields is not None else None
     except (IndexError, ValueError):
         return None
 
 
+def process_start_time(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot (proc(5) field 22); None: gone."""
+    return _field(_stat(pid), 19)
+
+
 def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process visible in /proc."""
-    out: dict[int, int] = {}
+    """pid -> parent pid (proc(5) field 4) of every process visible in /proc."""
     try:
-        names = os.listdir("/proc")
+        names = [name for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
-        return out
+        return {}
+    out: dict[int, int] = {}
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2:].split()
-        with contextlib.suppress(IndexError, ValueError):
-            out[int(name)] = int(fields[1])
+        ppid = _field(_stat(name), 1)
+        if ppid is not None:
+            out[int(name)] = ppid
     return out
 
 
 def alive(pid: int, start_time: int | None) -> bool:
     """Whether ``pid`` is still the process that started at ``start_time`` (and is not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return False
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = _stat(pid)
     if not fields or fields[0] in (b"Z", b"X"):
         return False
-    try:
-        return start_time is None or int(fields[19]) == start_time
-    except (IndexError, ValueError):
-        return False
+    return start_time is None or _field(fields, 19) == start_time
 
 
 class ProcessTree:
@@ -133,30 +123,11 @@ class ProcessTree:
         """Remembered processes still alive (same start time, not zombies)."""
         return [p for p, start in self.members.items() if alive(p, start)]
 
-    def signal(self, sig: int, *, include_root: bool = True) -> int:
+    def signal(self, sig: int) -> int:
         """Send ``sig`` to every living member; returns how many were signalled."""
         sent = 0
         for pid in self.living():
-            if pid == self.root and not include_root:
-                continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
                 sent += 1
         return sent
-
-
-def kill_all(trees: Iterable[ProcessTree], timeout: float = 2.0) -> list[int]:
-    """SIGKILL every living member of ``trees`` and wait up to ``timeout`` s for them to be gone.
-
-    Returns the pids still alive after the wait (normally none). Blocking: call it in a thread
-    from asynchronous code, or with a short timeout.
-    """
-    trees = list(trees)
-    for tree in trees:
-        tree.signal(signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    left = [p for t in trees for p in t.living()]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.02)
-        left = [p for t in trees for p in t.living()]
-    return left

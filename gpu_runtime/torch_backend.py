@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpu_runtime.backend import LeaseOutcome, LeaseProgress, LeaseRequest, ReportFn
+from gpu_runtime.backend import MAX_PHASE_S, LeaseOutcome, LeaseProgress, LeaseRequest, ReportFn
 from gpu_runtime.launcher import LeaseProcess, Placement, ProcessExit
 from gpu_runtime.lease import BatchSizeChanged, LeaseEnded, LeaseSpec, Progress, Report, decode_report_json
 from gpu_runtime.torch_config import TorchBackendConfig
@@ -173,11 +173,10 @@ class TorchBackend:
         if self._clock.virtual:
             raise ValueError("the torch back end needs a wall clock: its training processes report Unix times")
         self._runs: dict[int, _Run] = {}  # job id -> its process on this node
-        self._launching: dict[int, asyncio.Task] = {}  # lease id -> launch task
+        self._launching: dict[int, tuple[asyncio.Task, LeaseRequest]] = {}  # lease id -> (launch task, lease)
         self._finished: dict[int, LeaseEnded] = {}  # job id -> final report of a run that ended while lingering
         self._shutdown_s: dict[int, float] = {}  # job id -> shut-down seconds not reported yet
         self._cancelled: set[int] = set()  # lease ids stopped while being launched
-        self._launch_claims: dict[int, tuple[int, frozenset[int]]] = {}  # launching lease -> (job, local GPUs)
         self._tasks: set[asyncio.Task] = set()
         self.log = structlog.get_logger().bind(actor="torch-backend")
         self.stats = dict.fromkeys(
@@ -218,10 +217,10 @@ class TorchBackend:
             return
         # launches of this node queue behind earlier ones of the same job or GPUs (whose process
         # may not exist yet, so it is not in _runs to be stopped)
-        before = [t for lid, t in self._launching.items()
-                  if self._launch_claims[lid][0] == lease.job_id or self._launch_claims[lid][1] & set(self._local(lease))]
-        self._launch_claims[lease.lease_id] = (lease.job_id, frozenset(self._local(lease)))
-        self._launching[lease.lease_id] = self._spawn(self._launch(lease, report, before))
+        local = set(self._local(lease))
+        before = [task for task, other in self._launching.values()
+                  if other.job_id == lease.job_id or local.intersection(self._local(other))]
+        self._launching[lease.lease_id] = (self._spawn(self._launch(lease, report, before)), lease)
 
     def stop(self, lease_id: int) -> None:
         """Preempt ``lease_id`` now (StopLease): SIGTERM, checkpoint, report. Unknown ids are ignored.
@@ -238,7 +237,7 @@ class TorchBackend:
 
     async def aclose(self) -> None:
         """Stop every process (SIGTERM, checkpoint, grace) and wait for them."""
-        launching = list(self._launching.values())
+        launching = [task for task, _lease in self._launching.values()]
         self._cancelled.update(self._launching)
         if launching:
             await asyncio.gather(*launching, return_exceptions=True)
@@ -255,12 +254,6 @@ class TorchBackend:
         return Path(self.config.checkpoint_root).expanduser().resolve() / f"job-{job_id}"
 
     async def _launch(self, lease: LeaseRequest, report: ReportFn, before: list[asyncio.Task]) -> None:
-        try:
-            await self._launch_after(lease, report, before)
-        finally:
-            self._launch_claims.pop(lease.lease_id, None)
-
-    async def _launch_after(self, lease: LeaseRequest, report: ReportFn, before: list[asyncio.Task]) -> None:
         cfg = self.config
         local = self._local(lease)
         try:
@@ -448,7 +441,7 @@ class TorchBackend:
                 batch_size: int, job_steps: int | None, total_steps: int | None, *, failed: bool = False,
                 reason: str = "", changes: int = 0, startup_s: float | None = None) -> LeaseOutcome:
         shutdown_s = self._shutdown_s.pop(lease.job_id, None)
-        bounded = [None if s is None else min(max(0.0, s), 86400.0) for s in (startup_s, shutdown_s)]
+        bounded = [None if s is None else min(max(0.0, s), MAX_PHASE_S) for s in (startup_s, shutdown_s)]
         return LeaseOutcome(
             lease_id=lease.lease_id, job_id=lease.job_id, round_index=lease.round_index, gpu_ids=lease.gpu_ids,
             steps=max(0, steps_run), execution_s=max(0.0, execution_s), finish_s=finish_s,

@@ -165,7 +165,8 @@ class LeaseIterator(Iterator[T]):
         if reason is not None:
             self.stop_reason = reason
             raise StopIteration
-        self._maybe_report(force=self.steps == 1 and self._win_steps == 1)
+        first = self.steps == 1  # the report right after the first step carries the start-up phases
+        self._maybe_report(force=first, startup=self._startup if first else None)
         return self._next_batch()
 
     def _next_batch(self) -> T:
@@ -229,7 +230,7 @@ class LeaseIterator(Iterator[T]):
         except (TypeError, ValueError):
             return None
 
-    def _maybe_report(self, force: bool = False) -> None:
+    def _maybe_report(self, force: bool = False, startup: dict[str, float] | None = None) -> None:
         now = self._clock()
         if not force and (self.steps == 0 or now - self._win_t < self.report_interval):
             return
@@ -248,7 +249,7 @@ class LeaseIterator(Iterator[T]):
                 batch_size=self.batch_size,
                 world_size=self.world_size,
                 loss=self._loss_value(),
-                startup=self._startup if self.steps == 1 and self._win_steps == 1 else None,
+                startup=startup,
             )
         )
         self._win_t = now

@@ -274,6 +274,8 @@ class LeaseWatcher:
         """pid -> lease id of the leases' processes alive now (zombies excluded)."""
         import os
 
+        from gpu_runtime.proctree import alive
+
         found: dict[int, str] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -281,11 +283,9 @@ class LeaseWatcher:
             try:
                 with open(f"/proc/{name}/environ", "rb") as fh:
                     environ = fh.read()
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    state = fh.read().rsplit(b")", 1)[1].split()[0]
-            except (OSError, IndexError):
+            except OSError:
                 continue
-            if self.marker not in environ or state in (b"Z", b"X"):
+            if self.marker not in environ or not alive(int(name), None):
                 continue
             for item in environ.split(b"\0"):
                 if item.startswith(b"SHOCKWAVE_LEASE_ID="):
