@@ -517,12 +517,13 @@ class LiveClearinghouse(Clearinghouse):
     def _overdue_s(self, info: LeaseInfo) -> float:
         """When an unreported lease is stopped: ``lease_grace_s`` after the round's end, plus, for a
         lease that has not shown a training step yet, its job's last measured start-up (a real
-        back end does not preempt a process before its first step, issue 12 item 5)."""
+        back end does not preempt a process before its first step, issue 12 item 5), at most one
+        round: the start-up is a worker's claim, and the next round waits for the lease."""
         deadline = self.round_end_s + self.live.lease_grace_s
         if not info.training:
             record = self.records.get(info.job_id)
             if record is not None and record.startup_s is not None:
-                deadline += record.startup_s
+                deadline += min(record.startup_s, self.config.round_duration_s)
         return deadline
 
     def _round_due(self, now: float) -> bool:

@@ -84,6 +84,18 @@ def test_gang_nodes_in_gpu_order_and_spread_servers():
     assert LiveClearinghouse._placement_servers(ns) == [[0], [2], [1], [3]]
 
 
+def test_a_starting_lease_waits_for_its_jobs_measured_start_up_but_at_most_a_round():
+    from actors.clearinghouse import LeaseInfo
+
+    records = {1: SimpleNamespace(startup_s=4.0), 2: SimpleNamespace(startup_s=86400.0), 3: SimpleNamespace(startup_s=None)}
+    ns = SimpleNamespace(round_end_s=100.0, live=SimpleNamespace(lease_grace_s=1.0),
+                         config=SimpleNamespace(round_duration_s=10.0), records=records)
+    due = lambda job, training=False: LiveClearinghouse._overdue_s(ns, LeaseInfo(job, (0,), 100.0, training))  # noqa: E731
+    assert due(1) == 105.0 and due(1, training=True) == 101.0  # training: only the grace
+    assert due(2) == 111.0  # a worker claiming a day of start-up holds the next round one round at most
+    assert due(3) == 101.0  # never measured (e.g. the emulated back end)
+
+
 async def test_job_actor_takes_the_trainers_counts_and_records_its_batch_size_change():
     from actors.kernel.bus import Bus
     from sim_clock import WallClock
