@@ -27,8 +27,8 @@ submissions, leases issued and the job actor's :class:`JobProgress`. The policy'
 :class:`~market.base.JobView` is derived from it at each boundary; results (simulation) and the
 API's read model (live) are projections of it.
 
-Restart overhead is the back end's business; the lease says whether the job ran in the
-previous round (``restart``).
+Restart overhead is charged by the back end (the lease says whether the job ran in the previous
+round, ``restart``); the policies see its cost per job (``JobView.restart_overhead_s``).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from actors.kernel.messages import (
     RoundTick,
     SubmitJob,
 )
+from actors.records import TERMINAL, JobRecord, LeaseInfo
 from market.base import JobView, RoundContext, RoundPolicy
 from market.placement import place_gang_jobs
 from workloads.adaptation import WorkloadConfig
@@ -63,81 +64,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from workloads.profile import JobProfile
     from workloads.throughputs import ThroughputTable
 
-#: job states: ``queued`` (waiting for a lease), ``running`` (holds one), and the final ones
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
 #: live rounds let the event loop run between batches of this many admissions
 ADMIT_BATCH = 200
-
-
-@dataclass
-class JobRecord:
-    """One job as the clearinghouse knows it, from submission to its end.
-
-    Times in seconds on the clearinghouse's clock (virtual in simulation, Unix epoch live);
-    ``steps_done``/``total_steps`` in optimizer steps at the current ``batch_size``;
-    ``throughput`` in steps/s of the whole gang; ``run_time_s`` is the time it held GPUs;
-    ``failures`` counts failed leases in a row; ``gpu_ids`` is its current lease's gang (empty
-    when it holds none); ``batch_size_changes`` counts the changes its trainer made;
-    ``startup_s``/``shutdown_s`` are its last measured restart phases (real back ends:
-    :class:`gpu_runtime.backend.LeaseOutcome`; None until measured).
-    """
-
-    job_id: int
-    spec: JobSpec
-    arrival_s: float
-    throughput: float
-    state: str = "queued"
-    isolated_runtime_s: float | None = None
-    admitted_s: float | None = None
-    finish_s: float | None = None
-    reason: str = ""
-    steps_done: int = 0
-    total_steps: int = 0
-    batch_size: int = 0
-    run_time_s: float = 0.0
-    rounds_run: int = 0
-    batch_size_changes: int = 0
-    failures: int = 0
-    gpu_ids: tuple[int, ...] = ()
-    startup_s: float | None = None
-    shutdown_s: float | None = None
-
-    def __post_init__(self) -> None:
-        self.total_steps = self.total_steps or self.spec.total_steps
-        self.batch_size = self.batch_size or self.spec.batch_size
-
-    @property
-    def active(self) -> bool:
-        """Admitted and not finished: the policy sees it."""
-        return self.admitted_s is not None and self.state not in TERMINAL
-
-    def view(self) -> JobView:
-        """The policy's view of this job."""
-        spec = self.spec
-        return JobView(
-            job_id=self.job_id,
-            model=spec.model,
-            batch_size=self.batch_size,
-            scale_factor=spec.scale_factor,
-            throughput=self.throughput,
-            total_steps=self.total_steps,
-            steps_done=self.steps_done,
-            arrival_s=self.arrival_s,
-            priority_weight=spec.priority_weight,
-            mode=spec.mode,
-            run_time_s=self.run_time_s,
-        )
-
-
-@dataclass
-class LeaseInfo:
-    """A lease issued and not yet reported: its job, its gang and when its round ends (s);
-    ``training``: a progress report showed it past its first training step (live)."""
-
-    job_id: int
-    gpu_ids: tuple[int, ...]
-    end_s: float
-    training: bool = False
 
 
 @dataclass
@@ -181,6 +109,8 @@ class Clearinghouse(Actor):
         expected_jobs: the run is over when this many jobs have finished (None: never).
         on_round: progress callback ``(round_index, now_s, jobs_done, jobs_total)``.
         workload: workload-model knobs (progress rounding at batch-size changes).
+        restart_overhead_s: a job's restart cost until its back end measured one (the emulation's
+            charge, ``[emulation] restart_overhead_s``); policies read it as ``JobView.restart_overhead_s``.
     """
 
     #: seconds to wait for the predictor's answer (None: no limit; simulation)
@@ -205,8 +135,10 @@ class Clearinghouse(Actor):
         expected_jobs: int | None = None,
         on_round: Callable[[int, float, int, int | None], None] | None = None,
         workload: WorkloadConfig | None = None,
+        restart_overhead_s: float = 0.0,
     ) -> None:
         super().__init__("clearinghouse", bus)
+        self.restart_overhead_s = restart_overhead_s
         self.workload = workload or WorkloadConfig()
         self.policy = policy
         self.servers = [list(s) for s in servers]
@@ -405,7 +337,7 @@ class Clearinghouse(Actor):
         if not active:
             self._idle(now)
             return
-        jobs = {j: r.view() for j, r in active.items() if r.spec.scale_factor <= self.num_gpus}
+        jobs = {j: r.view(self.restart_overhead_s) for j, r in active.items() if r.spec.scale_factor <= self.num_gpus}
         if not jobs:
             self._no_job_fits(now, active)
             return

@@ -33,7 +33,11 @@ __all__ = ["EmulatedBackend", "EmulationConfig", "adaptation_request", "run_leas
 
 @dataclass(frozen=True)
 class EmulationConfig:
-    """Knobs of the emulated back end (reference values)."""
+    """Knobs of the emulated back end (reference values).
+
+    ``restart_overhead_s`` is also the restart cost the policies see for a job until a real back
+    end measured one (``JobView.restart_overhead_s``).
+    """
 
     restart_overhead_s: float = 20.0
     restart_overhead_slack_s: float = 5.0

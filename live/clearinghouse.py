@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import msgspec
 
-from actors.clearinghouse import TERMINAL, Clearinghouse, ClearinghouseConfig, JobRecord, LeaseInfo
+from actors.clearinghouse import Clearinghouse, ClearinghouseConfig
+from actors.records import TERMINAL, JobRecord, LeaseInfo
 from actors.job import JobActor, Resume
 from actors.kernel.actor import Actor, handles
 from actors.kernel.messages import (
@@ -102,6 +103,7 @@ class LiveClearinghouse(Clearinghouse):
             ``gpu/<id>`` to the node's connection).
         on_round_done: ``(round_wall_s, policy_wall_s)`` per round (metrics).
         read_model: where the state the API reads is published (a new one if None).
+        restart_overhead_s: a job's restart cost until its worker measured one (seconds).
 
     Raises:
         ValueError: ``config.round_mode`` is not ``"timer"``.
@@ -125,12 +127,13 @@ class LiveClearinghouse(Clearinghouse):
         on_gpus_assigned: Callable[[str, list[int]], None] | None = None,
         on_round_done: Callable[[float, float], None] | None = None,
         read_model: ReadModel | None = None,
+        restart_overhead_s: float = 0.0,
     ) -> None:
         if config.round_mode != "timer":
             raise ValueError(f"the live clearinghouse needs round_mode 'timer', got {config.round_mode!r}")
         super().__init__(
             bus, policy=policy, servers=[], config=config, throughputs=throughputs, profile_of=None,
-            spawn=spawn, predictor=predictor,
+            spawn=spawn, predictor=predictor, restart_overhead_s=restart_overhead_s,
         )
         self.live = live
         self.store = store

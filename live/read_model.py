@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from actors.clearinghouse import TERMINAL
+from actors.records import TERMINAL
 from market.metrics import contention_factor
 
 if TYPE_CHECKING:  # pragma: no cover
-    from actors.clearinghouse import JobRecord
+    from actors.records import JobRecord
 
 
 class JobStatus(msgspec.Struct, kw_only=True):

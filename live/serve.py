@@ -137,7 +137,7 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
                 predictor = "predictor"
             ch = LiveClearinghouse(
                 bus, policy=policy, config=rounds, live=live, store=store, throughputs=table, spawn=spawn,
-                predictor=predictor, server_id=server_id,
+                predictor=predictor, server_id=server_id, restart_overhead_s=cfg.emulation.restart_overhead_s,
                 on_gpus_assigned=lambda via, ids: [hub.alias(f"gpu/{g}", via) for g in ids],
                 on_round_done=metrics.observe_round,
             )

@@ -33,6 +33,7 @@ class JobView:
     priority_weight: float = 1.0
     mode: str = "static"            # static | accordion | gns
     run_time_s: float = 0.0         # cumulative execution time received so far (wall of the gang)
+    restart_overhead_s: float = 0.0  # seconds a (re)start costs it: checkpoint -> exit + launch -> first step
 
     @property
     def remaining_steps(self) -> int:

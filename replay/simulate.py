@@ -122,6 +122,7 @@ async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
             expected_jobs=len(jobs),
             on_round=on_round,
             workload=spec.config.workload,
+            restart_overhead_s=spec.config.emulation.restart_overhead_s,
         )
         spawn(clearinghouse)
         spawn(ReplayDriver(bus, jobs))

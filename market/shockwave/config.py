@@ -38,6 +38,10 @@ class ShockwaveConfig:
     preempt_margin: delta; in the contiguous packing a waiting job displaces a running one only
         when its projected rho exceeds the running job's by more than a factor 1 + delta
         (log-priority credit lam log(1 + delta) for continuing jobs).
+    restart_cost: plan each job that did not run in the round before the window with its restart
+        cost (``JobView.restart_overhead_s``: the emulation's charge in simulation, the worker's
+        measured start-up and shutdown live) added to its remaining time. False: the reference,
+        which plans as if restarts were free.
     """
 
     k: float = 1e-3
@@ -59,6 +63,7 @@ class ShockwaveConfig:
     packing: str = "contiguous"
     fairness: str = "window"
     preempt_margin: float = 0.5
+    restart_cost: bool = False
 
     def __post_init__(self) -> None:
         if self.formulation not in ("round_count", "time_indexed"):

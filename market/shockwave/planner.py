@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import structlog
@@ -58,6 +58,7 @@ def plan_window(
     round_duration_s: float,
     config: ShockwaveConfig,
     running: Sequence[int] = (),
+    restart_s: Mapping[int, float] | None = None,
 ) -> WindowPlan:
     """Plan the next F rounds for the active ``jobs`` (pure; docs/reference.md §4.6-§4.9).
 
@@ -70,6 +71,9 @@ def plan_window(
         config: :class:`ShockwaveConfig`.
         running: ids of the jobs that ran in the round just before the window (restart-aware
             packing keeps them running).
+        restart_s: job id -> seconds a (re)start costs it (``JobView.restart_overhead_s``); with
+            ``config.restart_cost`` every job not in ``running`` is planned with that much more
+            remaining time (:func:`tabulate`). Missing ids cost 0.
 
     Returns:
         A :class:`WindowPlan` whose every round uses at most G GPUs. Never raises on solver
@@ -83,7 +87,12 @@ def plan_window(
     F = config.future_rounds
     if not jobs:
         return WindowPlan(round_index, [[] for _ in range(F)], {}, "constrained", 0.0, 0.0)
-    tables = tabulate(jobs, num_gpus=num_gpus, now_s=now_s, round_duration_s=round_duration_s, config=config)
+    restart = None
+    if config.restart_cost and restart_s:
+        kept = set(running)
+        restart = np.array([0.0 if j.job_id in kept else float(restart_s.get(j.job_id, 0.0)) for j in jobs])
+    tables = tabulate(jobs, num_gpus=num_gpus, now_s=now_s, round_duration_s=round_duration_s, config=config,
+                      restart_s=restart)
     N = len(tables.ids)
     order = urgency_order(tables)
     t0 = time.perf_counter()

@@ -110,6 +110,7 @@ class ShockwavePolicy:
                 round_duration_s=ctx.round_duration_s,
                 config=self.config,
                 running=self._last_selected,
+                restart_s={job_id: view.restart_overhead_s for job_id, view in ctx.jobs.items()},
             )
             self._plan_jobs = frozenset(ctx.jobs)
             self._plan_gpus = ctx.num_gpus

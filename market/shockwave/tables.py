@@ -61,21 +61,33 @@ def _utility_of_progress(u: np.ndarray, config: ShockwaveConfig) -> np.ndarray:
 
 
 def tabulate(
-    jobs: Sequence[PlanJob], *, num_gpus: int, now_s: float, round_duration_s: float, config: ShockwaveConfig
+    jobs: Sequence[PlanJob],
+    *,
+    num_gpus: int,
+    now_s: float,
+    round_duration_s: float,
+    config: ShockwaveConfig,
+    restart_s: np.ndarray | None = None,
 ) -> Tables:
-    """Tabulate utility, leftover and fairness bounds for every job and n = 0..F (§4.6, §4.7)."""
+    """Tabulate utility, leftover and fairness bounds for every job and n = 0..F (§4.6, §4.7).
+
+    ``restart_s`` (N,): seconds each job loses to its next (re)start, 0 for a job that keeps
+    running (default all 0, the reference). It adds to the job's remaining time R and to its run
+    until the last epoch, and its first planned seconds make no progress.
+    """
     F, L = config.future_rounds, float(round_duration_s)
     N = len(jobs)
     width = np.array([max(1, int(j.scale_factor)) for j in jobs], dtype=np.int64)
     E = np.array([max(1, int(j.num_epochs)) for j in jobs], dtype=np.float64)
     p = np.array([min(max(0, int(j.epochs_done)), int(j.num_epochs)) for j in jobs], dtype=np.float64)
-    R = np.array([max(0.0, float(j.remaining_s)) for j in jobs], dtype=np.float64)
+    restart = np.zeros(N) if restart_s is None else np.maximum(np.asarray(restart_s, dtype=np.float64), 0.0)
+    R = np.array([max(0.0, float(j.remaining_s)) for j in jobs], dtype=np.float64) + restart
     dbar = np.array([max(1e-9, float(j.mean_epoch_s)) for j in jobs], dtype=np.float64)
     target = np.array([max(1e-9, float(j.target_finish_s)) for j in jobs], dtype=np.float64)
     n = np.arange(F + 1, dtype=np.float64)
-    cap_run = (E - p) * dbar  # run seconds until the last epoch
+    cap_run = (E - p) * dbar + restart  # run seconds until the last epoch
     planned = np.minimum(n[None, :] * L, cap_run[:, None])  # (N, F+1)
-    u = (p[:, None] + planned / dbar[:, None]) / E[:, None]
+    u = (p[:, None] + np.maximum(planned - restart[:, None], 0.0) / dbar[:, None]) / E[:, None]
     leftover = np.maximum(0.0, R[:, None] - planned)
     n_max = np.minimum(F, np.ceil(np.maximum(cap_run, R) / L - 1e-9)).astype(np.int64)
     n_max = np.where(width > num_gpus, 0, np.maximum(n_max, 0))

@@ -85,7 +85,7 @@ def test_gang_nodes_in_gpu_order_and_spread_servers():
 
 
 def test_a_starting_lease_waits_for_its_jobs_measured_start_up_but_at_most_a_round():
-    from actors.clearinghouse import LeaseInfo
+    from actors.records import LeaseInfo
 
     records = {1: SimpleNamespace(startup_s=4.0), 2: SimpleNamespace(startup_s=86400.0), 3: SimpleNamespace(startup_s=None)}
     ns = SimpleNamespace(round_end_s=100.0, live=SimpleNamespace(lease_grace_s=1.0),

@@ -277,3 +277,44 @@ def test_window_fairness_constrains_only_targets_inside_the_window():
                          config=ShockwaveConfig(future_rounds=4, fairness="projected"))
     assert list(projected.constrained) == [True, True, False]
     assert projected.n_min[1] == 4 and projected.deadline[1] == 4
+
+
+# ---------------------------------------------------------------------------------- restart cost
+def test_restart_cost_lengthens_a_restarting_jobs_plan_only():
+    # Job 0 has 90 s left (one 100 s round); a 20 s restart makes it two rounds, and its first
+    # 20 planned seconds make no progress. Job 1 is the same but keeps running: never charged.
+    jobs = [Job(0, 1, 10, 1, 90.0, 10.0, 1e5), Job(1, 1, 10, 1, 90.0, 10.0, 1e5)]
+    free = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4))
+    charged = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4),
+                       restart_s=np.array([20.0, 0.0]))
+    assert list(free.n_max) == [1, 1] and list(charged.n_max) == [2, 1]
+    assert charged.leftover[0, 1] == pytest.approx(10.0) and charged.leftover[1, 1] == 0.0
+    assert charged.remaining[0] == pytest.approx(110.0)
+    # progress after one round: 80 s of 10 s epochs on top of 1 of 10 epochs
+    assert charged.utility[0, 1] == pytest.approx(np.log(0.9)) and charged.utility[1, 1] == pytest.approx(np.log(1.0))
+
+    config = ShockwaveConfig(future_rounds=4, restart_cost=True)
+    plan = plan_window(jobs, num_gpus=2, round_index=3, now_s=0.0, round_duration_s=100.0, config=config,
+                       running=[1], restart_s={0: 20.0, 1: 20.0})
+    assert plan.counts == {0: 2, 1: 1}
+    off = plan_window(jobs, num_gpus=2, round_index=3, now_s=0.0, round_duration_s=100.0,
+                      config=ShockwaveConfig(future_rounds=4), running=[1], restart_s={0: 20.0, 1: 20.0})
+    assert off.counts == {0: 1, 1: 1}  # the reference plans restarts as free
+
+
+def test_policy_passes_each_jobs_restart_overhead(monkeypatch):
+    import market.shockwave.policy as policy_module
+
+    seen = {}
+    real = policy_module.plan_window
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs["restart_s"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policy_module, "plan_window", spy)
+    pol = ShockwavePolicy(ShockwaveConfig(future_rounds=4, restart_cost=True))
+    jobs = {0: JobView(0, "m", 32, 1, 1.0, 100, 0, 0.0, restart_overhead_s=3.5),
+            1: JobView(1, "m", 32, 1, 1.0, 100, 0, 0.0, restart_overhead_s=20.0)}
+    pol.select(RoundContext(round_index=0, now_s=0.0, round_duration_s=100.0, num_gpus=2, jobs=jobs))
+    assert seen == {0: 3.5, 1: 20.0}

@@ -179,3 +179,27 @@ def test_a_small_config_uses_the_bundled_data_and_its_knobs(tmp_path):
     spec = resolve_run(str(cfg))
     assert spec.trace.name.startswith("120_") and spec.trace.is_file()
     assert spec.config.workload.progress_rounding == "proportional"
+
+
+def test_policies_see_the_emulations_restart_charge(tmp_path, monkeypatch):
+    """JobView.restart_overhead_s is the cost the emulated back end charges a restart (configurable)."""
+    import dataclasses
+
+    from market.gavel import GavelMechanism
+
+    seen: set[float] = set()
+    original = GavelMechanism.select
+
+    def spy(self, ctx):
+        seen.update(view.restart_overhead_s for view in ctx.jobs.values())
+        return original(self, ctx)
+
+    monkeypatch.setattr(GavelMechanism, "select", spy)
+    trace, thr = _write_small(tmp_path)
+    spec = resolve_run(None, trace=str(trace), throughputs=str(thr), num_gpus=8, policy="max_min_fairness")
+    simulate(spec)
+    assert seen == {20.0}
+    seen.clear()
+    spec.config.emulation = dataclasses.replace(spec.config.emulation, restart_overhead_s=7.5)
+    simulate(spec)
+    assert seen == {7.5}

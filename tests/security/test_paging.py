@@ -8,7 +8,7 @@ import random
 import pytest
 from multidict import MultiDict
 
-from actors.clearinghouse import JobRecord
+from actors.records import JobRecord
 from actors.kernel.messages import JobSpec
 from live.api import ApiError, encode_cursor, page_query
 from live.read_model import ReadModel
