@@ -141,6 +141,7 @@ SUBCOMMANDS: dict[str, str] = {
     "worker": "live.worker",
     "submit": "live.submit",
     "parity": "replay.parity",
+    "trace": "cli.trace",
 }
 
 
