@@ -59,12 +59,17 @@ class JobRecord:
         """Admitted and not finished: the policy sees it."""
         return self.admitted_s is not None and self.state not in TERMINAL
 
-    def restart_overhead_s(self, estimate_s: float) -> float:
-        """Seconds a (re)start of this job costs: its last measured ``startup_s + shutdown_s``,
-        or ``estimate_s`` (the emulation's charge) until a back end measured one."""
+    def measured_restart_overhead_s(self) -> float | None:
+        """Its last measured ``startup_s + shutdown_s`` (seconds), None until a back end measured one."""
         if self.startup_s is None and self.shutdown_s is None:
-            return estimate_s
+            return None
         return (self.startup_s or 0.0) + (self.shutdown_s or 0.0)
+
+    def restart_overhead_s(self, estimate_s: float) -> float:
+        """Seconds a (re)start of this job costs: the measured figure, else ``estimate_s`` (the
+        emulation's charge)."""
+        measured = self.measured_restart_overhead_s()
+        return estimate_s if measured is None else measured
 
     def view(self, restart_estimate_s: float = 0.0) -> JobView:
         """The policy's view of this job (``restart_estimate_s``: see :meth:`restart_overhead_s`)."""

@@ -97,8 +97,7 @@ class ReadModel:
             submit_s=record.arrival_s, finish_s=record.finish_s, reason=record.reason,
             gpu_ids=list(record.gpu_ids), batch_size_changes=record.batch_size_changes,
             startup_s=record.startup_s, shutdown_s=record.shutdown_s,
-            restart_overhead_s=None if record.startup_s is None and record.shutdown_s is None
-            else (record.startup_s or 0.0) + (record.shutdown_s or 0.0),
+            restart_overhead_s=record.measured_restart_overhead_s(),
         )
         was_active = old is not None and old.state not in TERMINAL
         is_active = status.state not in TERMINAL

@@ -252,7 +252,8 @@ def test_real_training_cluster(tmp_path):
         f"({len(resumed)} resumed from a checkpoint), {len(stopped)} process ends "
         f"({sum(e['kind'] in ('preempted', 'lease_end') for e in stopped)} preempted), "
         f"{sum(j['batch_size_changes'] for j in jobs)} batch-size changes reported "
-        f"(jobs {[j['name'] for j in changed]}), {len(replans)} re-plans on them\n"
+        f"(jobs {[j['name'] for j in changed]}), {len(replans)} re-plans on them; measured restart overhead "
+        f"(start-up + shutdown) per job: { {j['name']: j['restart_overhead_s'] for j in jobs} } s\n"
     )
 
 
