@@ -94,6 +94,8 @@ def main() -> None:
     print(f"per solve     p50 {1e3 * rp['solve_s_p50']:.1f} ms, p95 {1e3 * rp['solve_s_p95']:.1f} ms, "
           f"max {1e3 * rp['solve_s_max']:.1f} ms")
     print(f"policy total  {r['policy_wall_s_total']:.1f} s over {r['num_rounds']} rounds")
+    print(f"packers       {rp.get('packers', {})}; deadline misses {rp.get('deadline_misses', 0)} "
+          f"(constrained jobs placed past their window-fairness deadline, summed over re-plans)")
     rows = [
         ("makespan", r["makespan_s"], PUBLISHED["makespan_s"], "{:,.1f} s"),
         ("avg JCT", r["avg_jct_s"], PUBLISHED["avg_jct_s"], "{:,.1f} s"),

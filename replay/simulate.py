@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -253,7 +254,7 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
     if stats:
         results["policy_stats"] = {
             k: (v if not isinstance(v, list) else {"count": len(v), "sum": float(np.sum(v)) if v else 0.0})
-            for k, v in stats.items()
+            for k, v in stats.items() if k != "history"
         }
         solve_s = stats.get("solve_s") if isinstance(stats, dict) else None
         if solve_s:
@@ -266,6 +267,9 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "solve_s_p50": float(np.percentile(arr, 50)),
                 "solve_s_p95": float(np.percentile(arr, 95)),
                 "solve_s_max": float(arr.max()),
+                "deadline_misses": int(stats.get("deadline_misses", 0)),
+                "packers": dict(Counter(h["packer"] for h in stats.get("history", []))),
+                "per_replan": stats.get("history", []),
             }
     quality = out.get("quality")
     if quality is not None:

@@ -30,13 +30,20 @@ def _solver_and_options(config: ShockwaveConfig) -> tuple[str, dict[str, Any]]:
 
 
 def rank_milp(
-    counts: np.ndarray, width: np.ndarray, order: np.ndarray, num_gpus: int, config: ShockwaveConfig
+    counts: np.ndarray,
+    width: np.ndarray,
+    order: np.ndarray,
+    num_gpus: int,
+    config: ShockwaveConfig,
+    deadline: np.ndarray | None = None,
+    n_min: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Exact packing of given counts, urgent jobs earliest (the reference's rank MILP, §4.7 step 4).
 
     Minimises sum_j u_j / n_j sum_t t x[j, t] with u_j = N - rank_j (urgency) subject to
-    sum_t x[j, t] = n_j and per-round capacity. Returns x (N, F) bool, or None when infeasible or the
-    solver fails.
+    sum_t x[j, t] = n_j and per-round capacity; with ``deadline`` and ``n_min`` ((N,) each, ours:
+    the window-fairness deadlines of :func:`tabulate`) also sum_{t < D_j} x[j, t] >= n_min_j.
+    Returns x (N, F) bool, or None when infeasible or the solver fails.
     """
     import cvxpy as cp
 
@@ -51,6 +58,13 @@ def rank_milp(
     cost = weight[:, None] * np.arange(F)[None, :] / max(N * F, 1)
     x = cp.Variable((active.size, F), boolean=True)
     cons = [cp.sum(x, axis=1) == counts[active].astype(np.float64), width[active].astype(np.float64) @ x <= num_gpus]
+    if deadline is not None and n_min is not None:
+        need = np.minimum(np.asarray(n_min, dtype=np.int64)[active], counts[active])
+        due = np.asarray(deadline, dtype=np.int64)[active]
+        rows = np.flatnonzero(need > 0)
+        if rows.size:
+            before = (np.arange(F)[None, :] < due[rows, None]).astype(np.float64)
+            cons.append(cp.sum(cp.multiply(before, x[rows, :]), axis=1) >= need[rows].astype(np.float64))
     problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(cost, x))), cons)
     solver, opts = _solver_and_options(config)
     try:

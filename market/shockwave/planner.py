@@ -11,7 +11,7 @@ import numpy as np
 import structlog
 
 from market.shockwave.config import ShockwaveConfig
-from market.shockwave.tables import evaluate_counts, PlanJob, tabulate, width_classes
+from market.shockwave.tables import evaluate_counts, missed_deadlines, PlanJob, tabulate, width_classes
 from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
 from market.shockwave.milp import rank_milp, solve_counts, SolverFailure
 
@@ -34,6 +34,11 @@ class WindowPlan:
     priorities: job id -> P_j.
     constrained_jobs: jobs that carried a finish-time-fairness constraint in this re-plan's model
         (0 on the fallback and greedy paths).
+    packer: what placed the counts into rounds: "solver" (the time-indexed model's own x),
+        "contiguous", "urgency" (:func:`pack_counts`), "rank_milp" or "time_indexed" (the
+        time-indexed model solved after the packers failed).
+    deadline_misses: ids of constrained jobs whose placement misses their window-fairness deadline
+        (:func:`missed_deadlines`; only the "constrained" path carries deadlines).
     """
 
     start_round: int
@@ -46,6 +51,8 @@ class WindowPlan:
     shortfall: int = 0
     priorities: dict[int, float] = field(default_factory=dict)
     constrained_jobs: int = 0
+    packer: str = "solver"
+    deadline_misses: list[int] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------- plan_window
@@ -119,7 +126,8 @@ def plan_window(
             counts, x = greedy_counts(tables, num_gpus, F), None
     solve_s = time.perf_counter() - t0
     counts = np.minimum(counts, F)
-    shortfall = 0
+    shortfall, packer = 0, "solver"
+    deadlines = path == "constrained"
     if x is None or x.shape != (N, F) or np.any(tables.width @ x > num_gpus):
         if config.packing == "contiguous":
             ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
@@ -132,27 +140,37 @@ def plan_window(
                 F,
                 priority=tables.priority,
                 stay_bonus=config.lam * math.log1p(config.preempt_margin),
-                deadline=tables.deadline if path == "constrained" else None,
+                deadline=tables.deadline if deadlines else None,
             )
+            packer = "contiguous"
         else:
             shortfall = 1
         if shortfall:
             x, shortfall = pack_counts(counts, tables.width, order, num_gpus, F, config.reopt_rounds)
+            packer = "urgency"
         if shortfall and path != "greedy":
-            exact = rank_milp(counts, tables.width, order, num_gpus, config)
+            # the exact packer, with the deadlines when the plan carries them (else without)
+            exact = rank_milp(counts, tables.width, order, num_gpus, config,
+                              *((tables.deadline, tables.n_min) if deadlines else ()))
+            if exact is None and deadlines:
+                exact = rank_milp(counts, tables.width, order, num_gpus, config)
             if exact is not None:
-                x, shortfall = exact, 0
+                x, shortfall, packer = exact, 0, "rank_milp"
         if shortfall and path != "greedy" and config.formulation == "round_count":
             # The counts admit no packing: solve the time-indexed model of the same path.
             try:
                 ti = ShockwaveConfig(**{**_config_dict(config), "formulation": "time_indexed"})
-                counts, x = solve_counts(tables, num_gpus=num_gpus, config=ti, with_fairness=path == "constrained")
-                shortfall = 0
+                counts, x = solve_counts(tables, num_gpus=num_gpus, config=ti, with_fairness=deadlines)
+                shortfall, packer = 0, "time_indexed"
             except SolverFailure as err:
                 log.warning("shockwave_time_indexed_failed", round_index=round_index, reason=str(err))
         if shortfall:
             log.warning("shockwave_packing_shortfall", round_index=round_index, dropped=shortfall, path=path)
         solve_s = time.perf_counter() - t0
+    # the numpy re-check: deadlines (reported; no packer above may hide a miss) and capacity (below)
+    misses = [tables.ids[j] for j in missed_deadlines(x, tables)] if deadlines else []
+    if misses:
+        log.warning("shockwave_deadline_missed", round_index=round_index, packer=packer, jobs=misses)
     placed = x.sum(axis=1).astype(np.int64)
     objective = evaluate_counts(tables, placed, config)
     full = work_conserve(x, tables.width, tables.remaining, num_gpus)
@@ -176,6 +194,8 @@ def plan_window(
         shortfall=shortfall,
         priorities={ids[j]: float(tables.priority[j]) for j in range(N)},
         constrained_jobs=int(tables.constrained.sum()) if path == "constrained" else 0,
+        packer=packer,
+        deadline_misses=misses,
     )
 
 

@@ -25,7 +25,9 @@ class ShockwavePolicy:
         stats: {"constrained", "fallback", "greedy": re-plans per path; "replans"; "solve_s": list of
             seconds per re-plan; "packing_shortfall": job-rounds dropped; "fairness_replans":
             re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
-            constraints summed over re-plans; "objective": list}.
+            constraints summed over re-plans; "objective": list; "deadline_misses": constrained jobs
+            whose placement missed their window-fairness deadline, summed over re-plans; "history": per
+            re-plan {round, path, packer, constrained_jobs, deadline_misses (job ids)}}.
         plan: the cached :class:`WindowPlan` (or None).
     """
 
@@ -47,6 +49,8 @@ class ShockwavePolicy:
             "fairness_jobs": 0,
             "solve_s": [],
             "objective": [],
+            "deadline_misses": 0,
+            "history": [],
         }
 
     def _needs_replan(self, ctx: RoundContext) -> bool:
@@ -122,6 +126,10 @@ class ShockwavePolicy:
             st["fairness_jobs"] += self.plan.constrained_jobs
             st["solve_s"].append(self.plan.solve_s)
             st["objective"].append(self.plan.objective)
+            st["deadline_misses"] += len(self.plan.deadline_misses)
+            st["history"].append({"round": ctx.round_index, "path": self.plan.path, "packer": self.plan.packer,
+                                  "constrained_jobs": self.plan.constrained_jobs,
+                                  "deadline_misses": list(self.plan.deadline_misses)})
         assert self.plan is not None
         chosen = self.plan.rounds[ctx.round_index - self.plan.start_round]
         out, used = [], 0

@@ -134,6 +134,17 @@ def tabulate(
     )
 
 
+def missed_deadlines(x: np.ndarray, tables: Tables) -> np.ndarray:
+    """Indices of fairness-constrained jobs whose placement ``x`` ((N, F) bool) misses their
+    deadline: fewer than ``n_min`` of their rounds lie before their deadline round D_j (rounds
+    0..D_j-1; D_j = F for a constrained job that does not finish in the window)."""
+    if not len(tables.ids):
+        return np.zeros(0, dtype=np.int64)
+    before = np.arange(x.shape[1])[None, :] < tables.deadline[:, None]
+    kept = (np.asarray(x, dtype=bool) & before).sum(axis=1)
+    return np.flatnonzero(tables.constrained & (kept < tables.n_min))
+
+
 def width_classes(width: np.ndarray, num_gpus: int) -> list[tuple[int, float]]:
     """(c, cap_c) for every distinct width c: per-round capacity usable by jobs of width >= c."""
     out = []

@@ -318,3 +318,58 @@ def test_policy_passes_each_jobs_restart_overhead(monkeypatch):
             1: JobView(1, "m", 32, 1, 1.0, 100, 0, 0.0, restart_overhead_s=20.0)}
     pol.select(RoundContext(round_index=0, now_s=0.0, round_duration_s=100.0, num_gpus=2, jobs=jobs))
     assert seen == {0: 3.5, 1: 20.0}
+
+
+# ---------------------------------------------------------------------------------- deadlines kept or reported
+def _deadline_case():
+    # G = 2, F = 2 rounds of 100 s. A (2 GPUs) and C (1 GPU) have distant targets; B (1 GPU) has 100 s
+    # left and must finish by t = 100: its one round must be round 0 (deadline round 1).
+    jobs = [Job(0, 2, 10, 0, 100.0, 10.0, 1e5), Job(1, 1, 10, 0, 100.0, 10.0, 100.0),
+            Job(2, 1, 10, 0, 100.0, 10.0, 1e5)]
+    return jobs, ShockwaveConfig(future_rounds=2, reopt_rounds=2)
+
+
+def test_the_fallback_packer_misses_a_deadline_and_the_plan_reports_it(monkeypatch):
+    import market.shockwave.planner as planner
+    from market.shockwave.tables import missed_deadlines
+    from market.shockwave.packing import urgency_order
+
+    jobs, config = _deadline_case()
+    tables = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=config)
+    assert list(tables.constrained) == [False, True, False] and tables.deadline[1] == 1 and tables.n_min[1] == 1
+    counts = np.array([1, 1, 1])
+    # the urgency packer puts the widest job first, into round 0, and B into round 1: a miss
+    x, shortfall = pack_counts(counts, tables.width, urgency_order(tables), 2, 2)
+    assert shortfall == 0 and not x[1, 0] and list(missed_deadlines(x, tables)) == [1]
+    # the contiguous packer keeps it
+    x, shortfall = pack_contiguous(counts, tables.width, urgency_order(tables), np.zeros(3, bool), 2, 2,
+                                   deadline=tables.deadline)
+    assert shortfall == 0 and x[1, 0] and missed_deadlines(x, tables).size == 0
+    # and so does the exact packer given the deadlines
+    from market.shockwave.milp import rank_milp
+
+    exact = rank_milp(counts, tables.width, urgency_order(tables), 2, config, tables.deadline, tables.n_min)
+    assert exact is not None and exact[1, 0] and missed_deadlines(exact, tables).size == 0
+
+    plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=config)
+    assert plan.path == "constrained" and plan.packer == "contiguous" and plan.deadline_misses == []
+    assert 1 in plan.rounds[0]
+    # when the contiguous heuristic fails, the urgency packer's miss is reported, not hidden
+    monkeypatch.setattr(planner, "pack_contiguous", lambda counts, *a, **k: (np.zeros((len(counts), 2), bool), 1))
+    plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=config)
+    assert plan.path == "constrained" and plan.packer == "urgency" and plan.deadline_misses == [1]
+
+
+def test_policy_counts_deadline_misses_and_packers(monkeypatch):
+    import market.shockwave.planner as planner
+
+    jobs, config = _deadline_case()
+    views = {j.job_id: JobView(j.job_id, "m", 32, j.scale_factor, 0.1, 10, 0, 0.0) for j in jobs}
+    monkeypatch.setattr(planner, "pack_contiguous", lambda counts, *a, **k: (np.zeros((len(counts), 2), bool), 1))
+    pol = ShockwavePolicy(config)
+    preds = {j.job_id: j for j in jobs}
+    pol.select(RoundContext(round_index=0, now_s=0.0, round_duration_s=100.0, num_gpus=2, jobs=views,
+                            predictions=preds))
+    assert pol.stats["deadline_misses"] == 1
+    assert pol.stats["history"] == [{"round": 0, "path": "constrained", "packer": "urgency", "constrained_jobs": 1,
+                                     "deadline_misses": [1]}]

@@ -65,6 +65,13 @@ def test_replan_paths_add_up(replay):
     assert stats["packing_shortfall"] == 0
     # re-plans happen only at round boundaries (the cached plan serves the others)
     assert rp["total"] <= replay["num_rounds"]
+    # per re-plan: the path and the packer actually taken, and the deadline misses, which add up
+    per = rp["per_replan"]
+    assert len(per) == rp["total"] and sum(rp["packers"].values()) == rp["total"]
+    assert [h["path"] for h in per].count("constrained") == rp["constrained"]
+    assert set(rp["packers"]) <= {"solver", "contiguous", "urgency", "rank_milp", "time_indexed"}
+    assert sum(len(h["deadline_misses"]) for h in per) == rp["deadline_misses"]
+    assert all(not h["deadline_misses"] for h in per if h["path"] != "constrained")
 
 
 def test_prediction_error_is_bounded(replay):
