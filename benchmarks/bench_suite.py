@@ -1,0 +1,171 @@
+"""Replay the development suite (benchmarks/suite/dev_suite.toml) and print one table per trace.
+
+Usage: python benchmarks/bench_suite.py [--suite PATH] [--traces a,b] [--max-jobs N]
+           [--policies shockwave,max_min_fairness,finish_time_fairness] [--set key=value ...]
+           [--jobs N] [--out results/suite.json]
+
+Each trace is generated once from its parameters (``workloads.generate``; cached under
+``results/suite/``) or taken from the bundled data (``file``). Every (trace, policy) cell is one
+replay, run in worker processes (at most ``--jobs`` at a time). ``--set`` overrides [shockwave]
+knobs for the ``shockwave`` cells (e.g. ``--set restart_cost=true``); a policy name of the form
+``shockwave@FILE.toml`` replays Shockwave with that configuration's [shockwave] section (e.g. a
+preset). Printed per trace: offered load, then per policy makespan, average JCT, worst rho, unfair
+fraction (rho > 1.05), each with its ratio to max-min fairness, and wall seconds; ``--out`` writes
+every cell's figures as JSON.
+
+This suite is where the project's defaults are chosen; the canonical trace is never part of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+import tomllib
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_SUITE = ROOT / "benchmarks" / "suite" / "dev_suite.toml"
+DATA = ROOT / "configs" / "data"
+METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction_1_05")
+
+
+def load_suite(path: Path) -> list[dict]:
+    """The suite's [[trace]] tables, each with ``path`` (the trace file, generated if needed)."""
+    from workloads.generate import GeneratorSpec, write_trace
+    from workloads.throughputs import ThroughputTable
+
+    entries = tomllib.loads(path.read_text())["trace"]
+    cache = ROOT / "results" / "suite"
+    cache.mkdir(parents=True, exist_ok=True)
+    out = []
+    for entry in entries:
+        table_path = DATA / f"{entry['throughputs']}_throughputs.json"
+        if "file" in entry:
+            trace = DATA / entry["file"]
+        else:
+            spec = GeneratorSpec(num_jobs=entry["jobs"], seed=entry["seed"], mean_interarrival_s=entry["interarrival"],
+                                 mode_mix=tuple(entry["modes"]), sf_mix=tuple(entry["scale_factors"]))
+            trace = cache / f"{entry['name']}.trace"
+            if not trace.exists():
+                write_trace(trace, spec, ThroughputTable.load(table_path))
+        out.append({**entry, "path": str(trace), "throughputs_path": str(table_path)})
+    return out
+
+
+def offered_load(trace: str, table: str, gpus: int) -> tuple[int, float]:
+    """(jobs, isolated GPU-seconds per second of the arrival span per GPU)."""
+    from workloads.throughputs import ThroughputTable
+    from workloads.trace import parse_trace
+
+    jobs = parse_trace(trace, ThroughputTable.load(table))
+    span = max(jobs[-1].arrival_s - jobs[0].arrival_s, 1.0)
+    gpu_s = sum(j.duration_s * j.scale_factor for j in jobs)
+    return len(jobs), gpu_s / span / gpus
+
+
+def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    from replay.simulate import resolve_run, simulate
+
+    name, _, preset = policy.partition("@")
+    spec = resolve_run(preset or None, trace=trace["path"], throughputs=trace["throughputs_path"],
+                       num_gpus=trace["gpus"], policy=name)
+    if name == "shockwave" and overrides:
+        spec.config.shockwave = _override(spec.config.shockwave, overrides)
+    started = time.perf_counter()
+    r = simulate(spec)
+    out = {k: r[k] for k in METRICS}
+    out["wall_s"] = time.perf_counter() - started
+    if "replans" in r:
+        out["solve_s_p95"] = r["replans"]["solve_s_p95"]
+        out["deadline_misses"] = r["replans"].get("deadline_misses", 0)
+    return out
+
+
+def _override(config, pairs: list[str]):
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    changes = {}
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        if key not in fields:
+            raise SystemExit(f"unknown [shockwave] knob {key!r}")
+        current = getattr(config, key)
+        if isinstance(current, bool):
+            changes[key] = raw.lower() in ("1", "true", "yes")
+        elif isinstance(current, (tuple, type(None))):
+            changes[key] = json.loads(raw)
+        else:
+            changes[key] = type(current)(raw)
+    return dataclasses.replace(config, **changes)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", default=str(DEFAULT_SUITE))
+    ap.add_argument("--traces", help="comma-separated trace names (default: all)")
+    ap.add_argument("--max-jobs", type=int, help="only traces with at most this many jobs")
+    ap.add_argument("--policies", default="shockwave,max_min_fairness,finish_time_fairness")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+
+    suite = load_suite(Path(args.suite))
+    if args.traces:
+        wanted = set(args.traces.split(","))
+        suite = [t for t in suite if t["name"] in wanted]
+    loads = {t["name"]: offered_load(t["path"], t["throughputs_path"], t["gpus"]) for t in suite}
+    if args.max_jobs:
+        suite = [t for t in suite if loads[t["name"]][0] <= args.max_jobs]
+    policies = [p for p in args.policies.split(",") if p]
+    cells = [(t, p) for t in suite for p in policies]
+    results: dict[tuple[str, str], dict] = {}
+    with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, len(cells)))) as pool:
+        futures = {pool.submit(_cell, t, p, args.set): (t["name"], p) for t, p in cells}
+        for future in as_completed(futures):
+            key = futures[future]
+            try:
+                results[key] = future.result()
+            except Exception as exc:  # noqa: BLE001 - one failed cell does not stop the suite
+                results[key] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"done {key[0]} {key[1]}", file=sys.stderr, flush=True)
+    if args.set:
+        print(f"[shockwave] overrides: {' '.join(args.set)}")
+    for t in suite:
+        n, load = loads[t["name"]]
+        print(f"\n{t['name']}: {n} jobs, {t['gpus']} GPUs, offered load {load:.2f}")
+        print(f"  {'policy':<24}{'makespan':>16}{'avg JCT':>16}{'worst rho':>16}{'unfair':>14}{'wall':>8}")
+        base = results.get((t["name"], "max_min_fairness"), {})
+        for p in policies:
+            r = results[(t["name"], p)]
+            if "error" in r:
+                print(f"  {p:<24}{r['error']}")
+                continue
+
+            def fmt(key: str, spec: str) -> str:
+                ratio = f" ({r[key] / base[key]:.2f}x)" if base.get(key) else ""
+                return (spec.format(r[key]) + ratio).rjust(16)
+
+            unfair = f"{100 * r['unfair_fraction_1_05']:.1f}%"
+            if base.get("unfair_fraction_1_05"):
+                unfair += f" ({r['unfair_fraction_1_05'] / base['unfair_fraction_1_05']:.2f}x)"
+            print(f"  {p:<24}{fmt('makespan_s', '{:,.0f}')}{fmt('avg_jct_s', '{:,.0f}')}{fmt('worst_rho', '{:.2f}')}"
+                  f"{unfair:>14}{r['wall_s']:>7.0f}s")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(
+            {"overrides": args.set, "loads": loads,
+             "cells": [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
