@@ -170,7 +170,7 @@ def plan_window(
     # the numpy re-check: deadlines (reported; no packer above may hide a miss) and capacity (below)
     misses = [tables.ids[j] for j in missed_deadlines(x, tables)] if deadlines else []
     if misses:
-        log.warning("shockwave_deadline_missed", round_index=round_index, packer=packer, jobs=misses)
+        log.info("shockwave_deadline_missed", round_index=round_index, packer=packer, jobs=misses)
     placed = x.sum(axis=1).astype(np.int64)
     objective = evaluate_counts(tables, placed, config)
     full = work_conserve(x, tables.width, tables.remaining, num_gpus)
