@@ -111,3 +111,28 @@ def test_local_cluster_config_is_valid_and_env_token_wins(monkeypatch, tmp_path)
     with pytest.raises(InputError) as err:
         load_config(bad)
     assert "heartbeat_intervall_s" in str(err.value) and err.value.line == 3
+
+
+def test_metrics_export_each_running_jobs_measured_restart_phases():
+    from prometheus_client import generate_latest
+
+    from actors.records import JobRecord
+    from live.api import Metrics
+    from live.read_model import ReadModel
+
+    view = ReadModel()
+    spec = JobSpec(job_id=0, model="LM", batch_size=10, scale_factor=1, total_steps=100)
+    measured = JobRecord(job_id=0, spec=spec, arrival_s=0.0, throughput=1.0, state="running", admitted_s=0.0,
+                         startup_s=2.5, shutdown_s=0.25, gpu_ids=(0,))
+    fresh = JobRecord(job_id=1, spec=spec, arrival_s=0.0, throughput=1.0, state="running", admitted_s=0.0, gpu_ids=(1,))
+    queued = JobRecord(job_id=2, spec=spec, arrival_s=0.0, throughput=1.0, startup_s=9.0)
+    for record in (measured, fresh, queued):
+        view.publish_job(record)
+    metrics = Metrics()
+    metrics.view = view
+    text = generate_latest(metrics.registry).decode()
+    assert 'shockwave_job_restart_overhead_seconds{job_id="0",phase="startup"} 2.5' in text
+    assert 'shockwave_job_restart_overhead_seconds{job_id="0",phase="shutdown"} 0.25' in text
+    assert 'job_id="1"' not in text.split("shockwave_job_restart_overhead_seconds", 1)[1]  # not measured yet
+    assert 'job_id="2",phase' not in text  # not running: not exported
+    assert view.job(0, 10.0).restart_overhead_s == 2.75 and view.job(1, 10.0).restart_overhead_s is None
