@@ -15,8 +15,6 @@ constraint changed the market's answer (diagnostic only: it adds solves, so igno
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 import time
 from collections import Counter
@@ -27,16 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PUBLISHED = {"makespan_s": 24197.0, "avg_jct_s": 9958.0, "worst_rho": 1.78, "unfair_fraction_1_05": 0.05}
 
 
-def _override(config, pairs: list[str]):
-    changes = {}
-    for pair in pairs:
-        key, _, raw = pair.partition("=")
-        field = {f.name: f for f in dataclasses.fields(config)}.get(key)
-        if field is None:
-            raise SystemExit(f"unknown [shockwave] knob {key!r}")
-        current = getattr(config, key)
-        changes[key] = type(current)(raw) if not isinstance(current, (tuple, type(None))) else json.loads(raw)
-    return dataclasses.replace(config, **changes)
+from bench_suite import override_shockwave as _override  # noqa: E402 - one parser of --set for the benchmarks
 
 
 def _count_binding(counter: Counter) -> None:

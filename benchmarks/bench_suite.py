@@ -80,7 +80,7 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     spec = resolve_run(preset or None, trace=trace["path"], throughputs=trace["throughputs_path"],
                        num_gpus=trace["gpus"], policy=name)
     if name == "shockwave" and overrides:
-        spec.config.shockwave = _override(spec.config.shockwave, overrides)
+        spec.config.shockwave = override_shockwave(spec.config.shockwave, overrides)
     started = time.perf_counter()
     r = simulate(spec)
     out = {k: r[k] for k in METRICS}
@@ -91,7 +91,8 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     return out
 
 
-def _override(config, pairs: list[str]):
+def override_shockwave(config, pairs: list[str]):
+    """``config`` with ``key=value`` overrides of [shockwave] knobs (bools: true/false/1/0; tuples: JSON)."""
     fields = {f.name: f for f in dataclasses.fields(config)}
     changes = {}
     for pair in pairs:
