@@ -337,7 +337,9 @@ class Clearinghouse(Actor):
         if not active:
             self._idle(now)
             return
-        jobs = {j: r.view(self.restart_overhead_s) for j, r in active.items() if r.spec.scale_factor <= self.num_gpus}
+        # a worker's measured restart cost counts for at most one round (as its overdue allowance)
+        cap = self.config.round_duration_s
+        jobs = {j: r.view(self.restart_overhead_s, cap) for j, r in active.items() if r.spec.scale_factor <= self.num_gpus}
         if not jobs:
             self._no_job_fits(now, active)
             return

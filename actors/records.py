@@ -8,6 +8,7 @@ of it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from actors.kernel.messages import JobSpec
@@ -65,14 +66,14 @@ class JobRecord:
             return None
         return (self.startup_s or 0.0) + (self.shutdown_s or 0.0)
 
-    def restart_overhead_s(self, estimate_s: float) -> float:
+    def restart_overhead_s(self, estimate_s: float, cap_s: float = math.inf) -> float:
         """Seconds a (re)start of this job costs: the measured figure, else ``estimate_s`` (the
-        emulation's charge)."""
+        emulation's charge), at most ``cap_s`` (a measurement is a worker's claim)."""
         measured = self.measured_restart_overhead_s()
-        return estimate_s if measured is None else measured
+        return min(estimate_s if measured is None else measured, cap_s)
 
-    def view(self, restart_estimate_s: float = 0.0) -> JobView:
-        """The policy's view of this job (``restart_estimate_s``: see :meth:`restart_overhead_s`)."""
+    def view(self, restart_estimate_s: float = 0.0, restart_cap_s: float = math.inf) -> JobView:
+        """The policy's view of this job (restart cost: see :meth:`restart_overhead_s`)."""
         spec = self.spec
         return JobView(
             job_id=self.job_id,
@@ -86,7 +87,7 @@ class JobRecord:
             priority_weight=spec.priority_weight,
             mode=spec.mode,
             run_time_s=self.run_time_s,
-            restart_overhead_s=self.restart_overhead_s(restart_estimate_s),
+            restart_overhead_s=self.restart_overhead_s(restart_estimate_s, restart_cap_s),
         )
 
 

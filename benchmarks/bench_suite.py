@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -36,10 +37,16 @@ DATA = ROOT / "configs" / "data"
 METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction_1_05")
 
 
+@functools.cache
+def _table(path: str):
+    from workloads.throughputs import ThroughputTable
+
+    return ThroughputTable.load(path)
+
+
 def load_suite(path: Path) -> list[dict]:
     """The suite's [[trace]] tables, each with ``path`` (the trace file, generated if needed)."""
     from workloads.generate import GeneratorSpec, write_trace
-    from workloads.throughputs import ThroughputTable
 
     entries = tomllib.loads(path.read_text())["trace"]
     cache = ROOT / "results" / "suite"
@@ -54,17 +61,16 @@ def load_suite(path: Path) -> list[dict]:
                                  mode_mix=tuple(entry["modes"]), sf_mix=tuple(entry["scale_factors"]))
             trace = cache / f"{entry['name']}.trace"
             if not trace.exists():
-                write_trace(trace, spec, ThroughputTable.load(table_path))
+                write_trace(trace, spec, _table(str(table_path)))
         out.append({**entry, "path": str(trace), "throughputs_path": str(table_path)})
     return out
 
 
 def offered_load(trace: str, table: str, gpus: int) -> tuple[int, float]:
     """(jobs, isolated GPU-seconds per second of the arrival span per GPU)."""
-    from workloads.throughputs import ThroughputTable
     from workloads.trace import parse_trace
 
-    jobs = parse_trace(trace, ThroughputTable.load(table))
+    jobs = parse_trace(trace, _table(table))
     span = max(jobs[-1].arrival_s - jobs[0].arrival_s, 1.0)
     gpu_s = sum(j.duration_s * j.scale_factor for j in jobs)
     return len(jobs), gpu_s / span / gpus

@@ -43,11 +43,12 @@ __all__ = [
     "duration_buckets",
     "generate_trace",
     "trace_lines",
+    "write_trace",
 ]
 
 SCALE_FACTORS: tuple[int, ...] = (1, 2, 4, 8)
 MODES_IN_MIX_ORDER: tuple[str, ...] = ("static", "accordion", "gns")
-#: (probability, first point, end point) as fractions of the grid (§1.1)
+#: probability of each duration bucket, and the buckets' edges as fractions of the grid (§1.1)
 DURATION_BUCKET_PROBABILITIES: tuple[float, ...] = (0.72, 0.20, 0.05, 0.03)
 _BUCKET_EDGES: tuple[float, ...] = (0.0, 0.2, 0.5, 0.9, 1.0)
 #: an Accordion job shorter than this is generated static (§1.1)

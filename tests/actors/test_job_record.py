@@ -19,3 +19,10 @@ def test_restart_overhead_is_the_estimate_until_measured():
     record.shutdown_s = 0.75
     assert record.view(20.0).restart_overhead_s == 3.25
     assert record.view().restart_overhead_s == 3.25
+
+
+def test_a_claimed_restart_cost_is_bounded_for_the_policies():
+    record = _record()
+    record.startup_s = 86_400.0  # a worker's claim: one day
+    assert record.view(20.0, restart_cap_s=120.0).restart_overhead_s == 120.0
+    assert record.measured_restart_overhead_s() == 86_400.0  # the API still shows what was measured
