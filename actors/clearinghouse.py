@@ -162,6 +162,8 @@ class Clearinghouse(Actor):
         self.lost_gpus_pending = 0
         self.last_round: dict[int, float] = {}
         self.outstanding: dict[int, LeaseInfo] = {}
+        #: outstanding leases per job id (kept with ``outstanding`` by _add_lease/_pop_lease)
+        self.leases_of_job: dict[int, int] = {}
         self.previous: dict[int, tuple[int, ...]] = {}
         self.round_index = 0
         self.rounds: list[RoundRecord] = []
@@ -267,7 +269,7 @@ class Clearinghouse(Actor):
     @handles(JobProgress)
     def on_progress(self, msg: JobProgress) -> None:
         job_id = msg.job_id
-        lease = self.outstanding.pop(msg.lease_id, None)
+        lease = self._pop_lease(msg.lease_id)
         for gpu in lease.gpu_ids if lease is not None else ():
             self.gpu_busy_s[gpu] = self.gpu_busy_s.get(gpu, 0.0) + msg.execution_s
         self.last_round[job_id] = self.last_round.get(job_id, 0.0) + msg.execution_s
@@ -298,7 +300,7 @@ class Clearinghouse(Actor):
                 self.finished_jobs += 1
                 if self.predictor is not None:
                     self.send(PredictorRemoveJob(dst=self.predictor, job_id=job_id, finish_s=msg.finish_s))
-            elif lease is not None and not any(i.job_id == job_id for i in self.outstanding.values()):
+            elif lease is not None and not self.leases_of_job.get(job_id):
                 record.state = "queued"
                 record.gpu_ids = ()
             self._job_changed(record)
@@ -486,13 +488,28 @@ class Clearinghouse(Actor):
         self.last_round.clear()
         self.lost_gpus_pending = 0
 
+    def _add_lease(self, lease_id: int, info: LeaseInfo) -> None:
+        self.outstanding[lease_id] = info
+        self.leases_of_job[info.job_id] = self.leases_of_job.get(info.job_id, 0) + 1
+
+    def _pop_lease(self, lease_id: int) -> LeaseInfo | None:
+        """Remove a lease from ``outstanding``; None when it was not outstanding."""
+        info = self.outstanding.pop(lease_id, None)
+        if info is not None:
+            left = self.leases_of_job[info.job_id] - 1
+            if left:
+                self.leases_of_job[info.job_id] = left
+            else:
+                del self.leases_of_job[info.job_id]
+        return info
+
     def _issue_leases(self, placement: Mapping[int, tuple[int, ...]], now: float) -> None:
         duration = self.config.round_duration_s
         for job_id, gpus in placement.items():
             record = self.records[job_id]
             lease_id = self._next_lease_id
             self._next_lease_id += 1
-            self.outstanding[lease_id] = LeaseInfo(job_id, tuple(gpus), now + duration)
+            self._add_lease(lease_id, LeaseInfo(job_id, tuple(gpus), now + duration))
             lease = Lease(
                 dst=f"gpu/{gpus[0]}",
                 lease_id=lease_id,

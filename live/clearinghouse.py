@@ -442,7 +442,7 @@ class LiveClearinghouse(Clearinghouse):
     # -- leases -----------------------------------------------------------------------------
     def _drop_lease(self, lease_id: int, state: str, *, stop: bool) -> None:
         """Forget a lease without its report (``state``: ``requeued`` or ``stopped``)."""
-        info = self.outstanding.pop(lease_id, None)
+        info = self._pop_lease(lease_id)
         self.reports_accepted.discard(lease_id)
         if info is None:
             return

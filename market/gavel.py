@@ -96,7 +96,8 @@ class GavelMechanism:
         self.cluster_time = 0.0
         for job_id, received in self.job_time.items():
             owed = self.allocation.get(job_id, 0.0) * elapsed
-            self.deficits[job_id] = self.deficits.get(job_id, 0.0) + owed - (received - half_round)
+            # the reference's association, deficit += owed - received: (d + owed) - received differs in the last bit
+            self.deficits[job_id] = self.deficits.get(job_id, 0.0) + (owed - (received - half_round))
             self.job_time[job_id] = half_round
             self.cluster_time += half_round
         self.last_reset_s = ctx.now_s

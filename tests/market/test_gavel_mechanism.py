@@ -104,6 +104,29 @@ def test_selection_never_exceeds_capacity(sfs, gpus, rounds):
         last = {j: 120.0 for j in chosen}
 
 
+class _FixedShare:
+    name = "fixed"
+
+    def allocate(self, jobs, num_gpus, now_s):
+        return {j.job_id: 0.3902439024363596 for j in jobs}
+
+
+def test_reset_adds_each_deficit_in_the_references_association():
+    # the reference computes deficit = owed - (received - L/2) and then adds it; (d + owed) - ...
+    # differs in the last bit, and exact ties between jobs decide who runs (parity trace P4)
+    mech = GavelMechanism(_FixedShare())
+    mech.select(ctx([view(0)], 0.0, 0, 1, arrived=[0]))  # reset at t = 0
+    mech.select(ctx([view(0)], 120.0, 1, 1, last_round={0: 199.90572967485787}))
+    mech.deficits[0] = 0.1
+    mech.needs_update = True
+    now = 1000.7
+    mech.select(ctx([view(0)], now, 2, 1, last_round={}))  # the next reset
+    owed = 0.3902439024363596 * now
+    received = 60.0 + 199.90572967485787
+    assert mech.deficits[0] == 0.1 + (owed - (received - 60.0))
+    assert mech.deficits[0] != 0.1 + owed - (received - 60.0)
+
+
 # -- placement ----------------------------------------------------------------------------------
 def test_placement_is_sticky_and_widest_first():
     servers = [[g] for g in range(8)]

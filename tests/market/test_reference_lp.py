@@ -141,3 +141,21 @@ def test_min_total_duration_degenerate_face_is_ecos_point():
 def test_min_total_duration_infeasible_horizon_is_reported():
     feasible, _x = R.min_total_duration_lp(np.array([1.0]), np.array([1.0]), np.array([1_000.0]), 100.0, 4)
     assert not feasible
+
+
+@pytest.mark.skipif("ECOS" not in cp.installed_solvers(), reason="cvxpy does not see ecos")
+def test_max_min_where_capacity_binds_is_ecos_point_not_closed_form():
+    # 41 jobs on 32 GPUs: the capacity binds and the optimum is unique (sf_j x_j = 32/41), but
+    # Gavel's tie-break sees the last digits of x, so the policy must return ECOS's point
+    from market.policies.max_min_fairness import max_min_fairness_allocation
+
+    sf = np.array([1.0, 2.0, 1.0, 4.0, 2.0, 1.0, 8.0, 1.0] * 5 + [2.0])
+    m = sf.size
+    ours = max_min_fairness_allocation(sf, np.ones(m), 32)
+    x = cp.Variable((m, 1))
+    objective = cp.Maximize(cp.min(cp.sum(cp.multiply(sf.reshape(m, 1), x), axis=1)))
+    problem = cp.Problem(objective, _reference_base(x, sf.reshape(m, 1), 32))
+    assert np.array_equal(ours, _cvxpy_ecos(problem, x))
+    closed_form = (32.0 / m) / sf
+    assert ours == pytest.approx(closed_form, rel=1e-8)
+    assert not np.array_equal(ours, closed_form)

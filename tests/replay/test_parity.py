@@ -12,7 +12,7 @@ from replay.parity import REFERENCE_FILE, compare_jcts, load_reference, run_pari
 POLICIES = ("max_min_fairness", "min_total_duration", "max_sum_throughput_perf", "gandiva_fair")
 
 
-@pytest.mark.parametrize("trace", ["canonical", "P1"])
+@pytest.mark.parametrize("trace", ["canonical", "P1", "P4"])
 def test_every_job_equals_the_reference(trace):
     rows = run_parity([trace], POLICIES)
     assert [(r.policy, r.equal) for r in rows] == [(r.policy, r.num_jobs) for r in rows]
