@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from market.base import JobView
 from market.policies.allox import AlloXPolicy
@@ -118,6 +120,24 @@ def test_analytic_center_is_symmetric_and_interior():
     assert np.allclose(x, x[0]) and 0.45 < x[0] < 0.5
     x = analytic_center(np.zeros((2, 1)), np.ones(2), np.ones(2), 1.0)
     assert np.allclose(x, x[0]) and x.sum() < 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 0.6), st.floats(0.0, 0.6), st.sampled_from([1.0, 2.0, 4.0, 8.0])), min_size=1, max_size=12),
+       st.floats(0.05, 0.95))
+def test_analytic_center_gradient_vanishes(rows, slack):
+    # the optimality condition of the barrier problem: every free coordinate's gradient is ~0
+    lowers = np.array([[a, b] for a, b, _ in rows])
+    sf = np.array([s for _, _, s in rows])
+    upper = np.ones(len(rows))
+    lo = lowers.max(axis=1)
+    capacity = float(sf @ lo) + slack * float(sf @ (upper - lo))
+    x = analytic_center(lowers, upper, sf, capacity)
+    r = capacity - float(sf @ x)
+    assert r > 0 and np.all(x > lo) and np.all(x < upper)
+    terms = [(1.0 / (x[:, None] - lowers)).sum(axis=1), 1.0 / (upper - x), sf / r]
+    grad = terms[0] - terms[1] - terms[2]
+    assert np.all(np.abs(grad) <= 1e-6 * (terms[0] + terms[1] + terms[2]))
 
 
 # --- Themis ----------------------------------------------------------------------------
