@@ -1,9 +1,14 @@
 """Job-by-job parity of the deterministic Gavel baselines with the reference code.
 
-``shockwave parity`` replays each baseline on each trace of the bundled parity set
-(``configs/data/parity/reference_baselines.json``: the canonical trace and traces P1-P4, with
-the per-job JCTs the reference code produced on them; provenance in
-``configs/data/parity/README.md``) and compares every job's JCT with the reference's.
+``shockwave parity`` replays each baseline on each trace of the bundled parity sets and compares
+every job's JCT with the reference's. Two sets are bundled (provenance of both in
+``configs/data/parity/README.md``):
+
+- ``reference_baselines.json``: the canonical trace and traces P1-P4, with the per-job JCTs the
+  reference code produced on them (shipped with the project's source documents);
+- ``reference_reruns.json``: traces no policy of ours was developed on (three drawn with
+  ``shockwave trace generate``, the reference's own 220- and 460-job scale traces), and AlloX on
+  every trace, each run by this project with the reference code, unchanged.
 
 A job is *equal* when ``|JCT - JCT_ref| <= tolerance_s`` (default 1e-6 s: the reference is
 deterministic, so only floating-point noise is allowed). Per policy and trace the report gives
@@ -22,8 +27,10 @@ from typing import Callable, Sequence
 
 from actors.kernel.logs import LOG_LEVELS
 
-#: The bundled reference runs.
+#: The bundled reference runs: shipped with the source documents, and rerun by this project.
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "configs" / "data" / "parity" / "reference_baselines.json"
+RERUNS_FILE = REFERENCE_FILE.with_name("reference_reruns.json")
+REFERENCE_FILES = (REFERENCE_FILE, RERUNS_FILE)
 #: Largest |JCT - JCT_ref| (seconds) counted as equal.
 DEFAULT_TOLERANCE_S = 1e-6
 EXIT_BAD_INPUT = 2
@@ -109,11 +116,14 @@ def run_parity(
     traces: Sequence[str] | None = None,
     policies: Sequence[str] | None = None,
     *,
-    reference: Path = REFERENCE_FILE,
+    reference: Path | Sequence[Path] = REFERENCE_FILES,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
     on_row: Callable[[ParityRow], None] | None = None,
 ) -> list[ParityRow]:
     """Replay ``policies`` (default: every one the reference ran) on ``traces`` (default: all).
+
+    ``reference``: one reference-runs file or several; the runs of a trace key are merged across
+    files (for a policy run in two files, the first file's run counts).
 
     Raises:
         workloads.errors.InputError: an unknown trace key or policy, or unreadable reference data.
@@ -121,20 +131,27 @@ def run_parity(
     from replay.simulate import resolve_run, simulate
     from workloads.errors import InputError
 
-    data = load_reference(reference)
-    keys = list(traces) if traces else list(data["traces"])
+    paths = [reference] if isinstance(reference, Path) else list(reference)
+    runs: dict[str, dict[str, tuple[Path, dict]]] = {}  # trace key -> policy -> (file, trace entry)
+    for path in paths:
+        for key, entry in load_reference(path)["traces"].items():
+            for policy in entry["policies"]:
+                runs.setdefault(key, {}).setdefault(policy, (path, entry))
+    keys = list(traces) if traces else list(runs)
     rows = []
     for key in keys:
-        if key not in data["traces"]:
-            raise InputError(str(reference), f"unknown trace {key!r}; expected one of {', '.join(data['traces'])}")
-        entry = data["traces"][key]
-        names = list(policies) if policies else list(entry["policies"])
+        if key not in runs:
+            raise InputError(str(paths[0]), f"unknown trace {key!r}; expected one of {', '.join(runs)}")
+        names = list(policies) if policies else list(runs[key])
+        if traces is None and policies:
+            names = [policy for policy in names if policy in runs[key]]
         for policy in names:
-            if policy not in entry["policies"]:
-                raise InputError(str(reference), f"no reference run of {policy!r} on {key}", field="policy")
+            if policy not in runs[key]:
+                raise InputError(str(paths[-1]), f"no reference run of {policy!r} on {key}", field="policy")
+            path, entry = runs[key][policy]
             spec = resolve_run(
-                trace=str(reference.parent / entry["file"]),
-                throughputs=str(reference.parent / entry["throughputs"]),
+                trace=str(path.parent / entry["file"]),
+                throughputs=str(path.parent / entry["throughputs"]),
                 policy=policy,
                 num_gpus=int(entry["gpus"]),
             )
@@ -170,7 +187,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("parity", help="replay the Gavel baselines and compare every job's JCT with the reference code's")
     p.add_argument("--traces", help="comma-separated trace keys (default: all of the reference file)")
     p.add_argument("--policies", help="comma-separated policies (default: all the reference ran)")
-    p.add_argument("--reference", default=str(REFERENCE_FILE), help="reference runs JSON (default: the bundled one)")
+    p.add_argument("--reference", action="append", help="reference runs JSON, repeatable (default: the two bundled sets)")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE_S, help="largest |JCT difference| in seconds counted as equal")
     p.add_argument("--out", help="write the rows as JSON to this file")
     p.add_argument("--log-level", default="warning", choices=LOG_LEVELS, help="structlog level on stderr (default: warning)")
@@ -185,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     split = lambda text: [part.strip() for part in text.split(",") if part.strip()] if text else None  # noqa: E731
     print(HEADER, flush=True)
     try:
-        rows = run_parity(split(args.traces), split(args.policies), reference=Path(args.reference),
+        rows = run_parity(split(args.traces), split(args.policies), reference=[Path(r) for r in args.reference] if args.reference else REFERENCE_FILES,
                           tolerance_s=args.tolerance, on_row=lambda row: print(format_row(row), flush=True))
     except InputError as exc:
         print(f"shockwave: error: {exc}", file=sys.stderr)

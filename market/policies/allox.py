@@ -7,6 +7,10 @@ AlloX is a non-preemptive min-sum-JCT matching: jobs are placed in per-worker qu
 sum over jobs of (waiting time + position-weighted processing time) is minimal, which is an
 assignment problem solved by the Hungarian method (``scipy.optimize.linear_sum_assignment``,
 the reference's solver). The first job of each worker's queue runs.
+
+``shockwave parity`` finds every job equal to a rerun of the reference code on every trace of
+its sets. The published canonical run differs from that rerun (average JCT 0.47 % lower), the
+reference's own spread across library versions (``configs/data/parity/README.md``).
 """
 
 from __future__ import annotations

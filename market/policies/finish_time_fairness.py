@@ -21,6 +21,10 @@ constraint binds at rho*, the optimum is unique (every job sits at rho*). When i
 (a job cannot reach rho* below x = 1), the left-over GPUs are spread over the other jobs the
 way an interior-point solver would, at the analytic centre of
 {x_j(rho*) <= x_j <= 1, sum sf x <= G} (``spread="center"``).
+
+Without Gurobi the reference cannot be rerun, so there is no per-job parity: on the canonical
+trace this policy's makespan is 1.2 % above the published Themis run and its average JCT 0.16 %
+above; 7 of the 120 jobs are equal to 1 ms, 44 within 1 %, the largest difference 12.7 %.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ worker type, the linear program is::
   exactly in the reference and by one ulp of deficit with the closed form. Measured with
   ``shockwave parity``: the closed form where the capacity binds reproduces 117 of the 120
   canonical jobs (first difference job 38 at round 153); ECOS everywhere reproduces every job of
-  the canonical trace and of P1-P4.
+  every trace of the parity sets (canonical, P1-P4, three generated traces, the 220-, 460- and
+  900-job scale traces).
 
 ``shockwave parity`` checks the result job by job against the reference's runs.
 """
