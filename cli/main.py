@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from actors.kernel.logs import LOG_LEVELS
+from configs import package_version
 from market.registry import POLICY_NAMES
 
 EXIT_BAD_INPUT = 2
@@ -142,17 +143,8 @@ SUBCOMMANDS: dict[str, str] = {
     "submit": "live.submit",
     "parity": "replay.parity",
     "trace": "cli.trace",
+    "sweep": "replay.sweep",
 }
-
-
-def package_version() -> str:
-    """The installed distribution's version (``pyproject.toml``), or ``unknown`` outside an install."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("shockwave")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,7 +31,7 @@ import tomllib
 import typing
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import msgspec
 
@@ -192,8 +192,44 @@ def _validation_error(source: str, text: str, exc: msgspec.ValidationError) -> I
     return InputError(source, detail, line=_line_of(text, key), field=field)
 
 
-def load_config(path: str | Path | None = None) -> RunConfig:
+def config_keys() -> dict[str, frozenset[str]]:
+    """Every configuration key, by section: ``{"simulation": {...}, "rounds": {...}, ...}``."""
+    keys = {"simulation": frozenset(SimulationSection.__struct_fields__)}
+    for section, cls in _owners().items():
+        keys[section] = frozenset(f.name for f in dataclasses.fields(cls))
+    return keys
+
+
+def apply_overrides(raw: dict, overrides: Mapping[str, Any], source: str) -> dict:
+    """``raw`` (a parsed TOML table) with ``{"section.key": value}`` set; a copy, ``raw`` unchanged.
+
+    Raises:
+        InputError: a key that is not ``section.key`` of a known section and knob (``source`` and
+            the key named).
+    """
+    known = config_keys()
+    out = {section: dict(table) if isinstance(table, dict) else table for section, table in raw.items()}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        if section not in known or key not in known[section]:
+            raise InputError(source, f"unknown configuration key {dotted!r}", field=dotted)
+        table = out.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise InputError(source, f"[{section}] is not a table", field=section)
+        table[key] = value
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    overrides_source: str = "overrides",
+) -> RunConfig:
     """Read and validate a configuration file (default: the bundled paper configuration).
+
+    ``overrides`` (``{"section.key": value}``) replace the file's values before validation; an
+    invalid override is reported against ``overrides_source``.
 
     Raises:
         InputError: unreadable file, bad TOML, unknown key, wrong type or invalid value.
@@ -212,6 +248,9 @@ def load_config(path: str | Path | None = None) -> RunConfig:
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         raise InputError(source, f"invalid TOML: {exc}", line=int(m.group(1)) if m else None) from None
+    if overrides:
+        raw = apply_overrides(raw, overrides, overrides_source)
+        source = f"{source} with {overrides_source}"
     try:
         parsed = msgspec.convert(raw, _schema())
     except msgspec.ValidationError as exc:

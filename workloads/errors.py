@@ -24,3 +24,11 @@ class InputError(ValueError):
         where = self.source if line is None else f"{self.source}:{line}"
         what = f"field {field}: " if field else ""
         super().__init__(f"{where}: {what}{message}")
+
+    def __reduce__(self):
+        # picklable with its keyword arguments (a replay in a process pool raises it in the parent)
+        return _rebuild, (self.source, self.message, self.line, self.field)
+
+
+def _rebuild(source: str, message: str, line: int | None, field: str | None) -> InputError:
+    return InputError(source, message, line=line, field=field)
