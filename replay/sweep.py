@@ -418,8 +418,10 @@ def plot_sweep(rows: Sequence[dict[str, Any]], cells: Sequence[Cell], path: Path
     variants = list(dict.fromkeys(c.variant() for c in cells))
     panels = (("makespan_s", "makespan (s)"), ("avg_jct_s", "average JCT (s)"),
               ("worst_rho", "worst ρ"), ("unfair_fraction_1_05", "unfair fraction (ρ > 1.05)"))
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    legend_rows = -(-len(variants) // 3)
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8 + 0.3 * legend_rows))
     width = 0.8 / max(1, len(variants))
+    colours = plt.get_cmap("tab10" if len(variants) <= 10 else "tab20")
     for ax, (metric, label) in zip(axes.flat, panels):
         for v, variant in enumerate(variants):
             means, lows, highs = [], [], []
@@ -431,12 +433,13 @@ def plot_sweep(rows: Sequence[dict[str, Any]], cells: Sequence[Cell], path: Path
                 lows.append(mean - min(values) if values else 0.0)
                 highs.append(max(values) - mean if values else 0.0)
             x = np.arange(len(traces)) + (v - (len(variants) - 1) / 2) * width
-            ax.bar(x, means, width, yerr=[lows, highs], capsize=2, label=variant)
+            ax.bar(x, means, width, yerr=[lows, highs], capsize=2, label=variant, color=colours(v % colours.N))
         ax.set_xticks(np.arange(len(traces)), traces, rotation=20, ha="right")
         ax.set_ylabel(label)
-    axes.flat[0].legend(fontsize="small")
-    fig.suptitle(f"sweep: {len(rows)} cells")
-    fig.tight_layout()
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize="small", frameon=False)
+    fig.suptitle(f"sweep: {len(rows)} cells (bars: mean over seeds; whiskers: min to max)")
+    fig.tight_layout(rect=(0, 0.3 * legend_rows / (8 + 0.3 * legend_rows) + 0.02, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
