@@ -330,7 +330,10 @@ def _submit_ray(tasks: dict[str, dict], address: str):
     except ImportError:
         raise InputError("--ray", "Ray is not installed: pip install -e '.[ray]'", field="ray") from None
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InputError("--ray", f"cannot connect to the Ray cluster at {address!r}: {exc}", field="ray") from None
     remote = ray.remote(run_cell)
     pending = {remote.remote(task): key for key, task in tasks.items()}
     while pending:
