@@ -103,6 +103,19 @@ def _schema() -> type[msgspec.Struct]:
     return msgspec.defstruct("RunConfigFile", fields, kw_only=True, forbid_unknown_fields=True)
 
 
+def resolve_path(base_dir: Path, value: str) -> Path:
+    """``value`` relative to ``base_dir`` (a configuration's or sweep's folder), else to the
+    bundled ``configs/`` folder (so a small file can use the bundled data); absolute as is."""
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return p
+    local = base_dir / p
+    if local.exists():
+        return local
+    bundled = Path(str(BUNDLED)) / p
+    return bundled if bundled.exists() else local
+
+
 @dataclasses.dataclass
 class RunConfig:
     """A validated configuration: the ``[simulation]`` section and each owner's knob object."""
@@ -120,16 +133,8 @@ class RunConfig:
     torch: Any = None
 
     def path(self, value: str) -> Path:
-        """Resolve a path from the file: relative to the configuration's folder, else to the
-        bundled ``configs/`` folder (so a small configuration can use the bundled data)."""
-        p = Path(value).expanduser()
-        if p.is_absolute():
-            return p
-        local = self.base_dir / p
-        if local.exists():
-            return local
-        bundled = Path(str(BUNDLED)) / p
-        return bundled if bundled.exists() else local
+        """Resolve a path from the file (see :func:`resolve_path`)."""
+        return resolve_path(self.base_dir, value)
 
     def build_policy(self, name: str, *, seed: int | None = None, live: bool = False):
         """A fresh round policy ``name`` with this configuration's knobs.

@@ -115,19 +115,6 @@ def _line_of(text: str, needle: str) -> int | None:
     return None
 
 
-def _resolve(spec_dir: Path, value: str) -> Path:
-    from configs.loader import BUNDLED
-
-    path = Path(value).expanduser()
-    if path.is_absolute():
-        return path
-    local = spec_dir / path
-    if local.exists():
-        return local
-    bundled = Path(str(BUNDLED)) / path
-    return bundled if bundled.exists() else local
-
-
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep specification (module docstring).
 
@@ -135,7 +122,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         InputError: unreadable file, bad TOML, an unknown or mistyped key, an unknown policy or
             configuration key, a missing trace or throughput file (file, line and field named).
     """
-    from configs.loader import config_keys, load_config
+    from configs.loader import config_keys, load_config, resolve_path
     from market.registry import POLICY_NAMES
 
     source = Path(path)
@@ -165,7 +152,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     seeds = sweep.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise fail("'seeds' must be a non-empty list of integers", "sweep.seeds")
-    config_path = _resolve(source.parent, sweep["config"]) if "config" in sweep else None
+    config_path = resolve_path(source.parent, sweep["config"]) if "config" in sweep else None
     base = load_config(config_path)
     grid_raw = sweep.get("grid", {})
     if not isinstance(grid_raw, dict):
@@ -197,7 +184,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         for key in ("trace", "throughputs"):
             if not isinstance(entry.get(key), str):
                 raise fail(f"missing or non-string {key!r}", f"{where}.{key}", key)
-            if not _resolve(source.parent, entry[key]).is_file():
+            if not resolve_path(source.parent, entry[key]).is_file():
                 raise fail(f"{key} file not found: {entry[key]}", f"{where}.{key}", entry[key])
         gpus = entry.get("num_gpus", base.simulation.num_gpus)
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
@@ -205,7 +192,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         name = entry.get("name", Path(entry["trace"]).stem)
         if not isinstance(name, str) or not name:
             raise fail("'name' must be a non-empty string", f"{where}.name", "name")
-        traces.append(TraceEntry(name, _resolve(source.parent, entry["trace"]), _resolve(source.parent, entry["throughputs"]), gpus))
+        traces.append(TraceEntry(name, resolve_path(source.parent, entry["trace"]), resolve_path(source.parent, entry["throughputs"]), gpus))
     names = [t.name for t in traces]
     if len(set(names)) != len(names):
         raise fail("two [[sweep.traces]] entries have the same name", "sweep.traces", "name")
@@ -235,39 +222,55 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def build_task(spec: SweepSpec, cell: Cell) -> dict[str, Any]:
-    """What a worker needs to run ``cell``: texts, not paths, so it can run on another machine."""
-    from configs.loader import BUNDLED, DEFAULT_CONFIG
+def build_tasks(spec: SweepSpec, cells: Sequence[Cell]) -> list[tuple[str, dict[str, Any]]]:
+    """``(key, task)`` per cell, in order.
 
-    config_path = spec.config or Path(str(BUNDLED / DEFAULT_CONFIG))
-    return {
-        "config_text": config_path.read_text(),
-        "overrides": dict(cell.overrides),
-        "trace_text": cell.trace.trace.read_text(),
-        "throughputs_text": cell.trace.throughputs.read_text(),
-        "num_gpus": cell.trace.num_gpus,
-        "policy": cell.policy,
-        "seed": cell.seed,
-    }
-
-
-def cell_key(spec: SweepSpec, cell: Cell, task: Mapping[str, Any]) -> str:
-    """The cache key of ``cell`` (module docstring): SHA-256, hex."""
+    A task is what a worker needs to run its cell: texts, not paths, so that it can run on
+    another machine. The key is the cell's cache key (module docstring), SHA-256 in hex. Each
+    file is read and each grid point's configuration resolved once.
+    """
     from configs import package_version
-    from configs.loader import load_config
+    from configs.loader import BUNDLED, DEFAULT_CONFIG, load_config
 
-    config = load_config(spec.config, overrides=dict(cell.overrides), overrides_source=str(spec.source)).as_dict()
-    config.pop("simulation", None)  # trace, GPUs, policy and seed are keyed below, by content
-    identity = {
-        "config": config,
-        "trace_sha256": _sha256(task["trace_text"].encode()),
-        "throughputs_sha256": _sha256(task["throughputs_text"].encode()),
-        "num_gpus": task["num_gpus"],
-        "policy": task["policy"],
-        "seed": task["seed"],
-        "version": package_version(),
-    }
-    return _sha256(json.dumps(identity, sort_keys=True, default=repr).encode())
+    config_text = (spec.config or Path(str(BUNDLED / DEFAULT_CONFIG))).read_text()
+    version = package_version()
+    texts: dict[Path, tuple[str, str]] = {}  # path -> (text, sha256)
+    configs: dict[tuple, dict] = {}  # grid point -> resolved configuration
+
+    def read(path: Path) -> tuple[str, str]:
+        if path not in texts:
+            text = path.read_text()
+            texts[path] = (text, _sha256(text.encode()))
+        return texts[path]
+
+    out = []
+    for cell in cells:
+        if cell.overrides not in configs:
+            config = load_config(spec.config, overrides=dict(cell.overrides), overrides_source=str(spec.source)).as_dict()
+            config.pop("simulation", None)  # trace, GPUs, policy and seed are keyed below, by content
+            configs[cell.overrides] = config
+        trace_text, trace_sha = read(cell.trace.trace)
+        throughputs_text, throughputs_sha = read(cell.trace.throughputs)
+        identity = {
+            "config": configs[cell.overrides],
+            "trace_sha256": trace_sha,
+            "throughputs_sha256": throughputs_sha,
+            "num_gpus": cell.trace.num_gpus,
+            "policy": cell.policy,
+            "seed": cell.seed,
+            "version": version,
+        }
+        task = {
+            "config_text": config_text,
+            "overrides": dict(cell.overrides),
+            "trace_text": trace_text,
+            "throughputs_text": throughputs_text,
+            "num_gpus": cell.trace.num_gpus,
+            "policy": cell.policy,
+            "seed": cell.seed,
+        }
+        out.append((_sha256(json.dumps(identity, sort_keys=True, default=repr).encode()), task))
+    return out
 
 
 def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -364,9 +367,7 @@ def run_sweep(
     cells = expand(spec)
     keyed: list[tuple[Cell, str]] = []
     tasks: dict[str, dict] = {}
-    for cell in cells:
-        task = build_task(spec, cell)
-        key = cell_key(spec, cell, task)
+    for cell, (key, task) in zip(cells, build_tasks(spec, cells)):
         keyed.append((cell, key))
         if key not in tasks and not (out / "cells" / f"{key}.json").is_file():
             tasks[key] = task
