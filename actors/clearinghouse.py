@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from actors.job import JobActor, Resume
@@ -57,6 +57,7 @@ from actors.kernel.messages import (
 from actors.records import TERMINAL, JobRecord, LeaseInfo
 from market.base import JobView, RoundContext, RoundPolicy
 from market.placement import place_gang_jobs
+from market.reasons import JobReason, explain_round
 from workloads.adaptation import WorkloadConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,6 +77,10 @@ class RoundRecord:
     scheduled_jobs: int
     gpus_used: int
     policy_wall_s: float
+    #: job id -> GPU ids of the round's leases
+    placement: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    #: job id -> why it did or did not run (:func:`market.reasons.explain_round`), every active job
+    reasons: dict[int, JobReason] = field(default_factory=dict)
 
 
 @dataclass
@@ -350,6 +355,7 @@ class Clearinghouse(Actor):
         stats = getattr(self.policy, "stats", None)
         replans = stats.get("replans") if isinstance(stats, dict) else None
         started = time.perf_counter()
+        chosen: list[int] = []
         try:
             chosen = await self._choose(ctx)
             placement = place_gang_jobs(
@@ -358,6 +364,7 @@ class Clearinghouse(Actor):
         except Exception as exc:  # noqa: BLE001 - the seam decides: end the run or skip the round
             placement = self._round_failed(exc)
         policy_wall = time.perf_counter() - started
+        reasons = self._explain(ctx, chosen, placement)
         replanned = None if replans is None else stats.get("replans") != replans  # type: ignore[union-attr]
         getattr(self.log, self.round_log_level)(
             "round_started", round_index=self.round_index, jobs=len(jobs),
@@ -374,6 +381,8 @@ class Clearinghouse(Actor):
                 scheduled_jobs=len(placement),
                 gpus_used=sum(len(g) for g in placement.values()),
                 policy_wall_s=policy_wall,
+                placement=dict(placement),
+                reasons=reasons,
             )
         )
         self.previous = placement
@@ -446,6 +455,14 @@ class Clearinghouse(Actor):
             self.done.set_exception(RuntimeError(f"round {self.round_index} could not be scheduled; see the log"))
 
     # -- steps of a round boundary ---------------------------------------------------------
+    def _explain(self, ctx: RoundContext, chosen: list[int], placement: Mapping[int, tuple[int, ...]]) -> dict[int, JobReason]:
+        """The market's reasons of this round (empty, logged, if explaining fails: a round never does)."""
+        try:
+            return explain_round(self.policy, ctx, chosen, placement, self.previous)
+        except Exception as exc:  # noqa: BLE001 - reasons are a view, never a reason to fail a round
+            self.log.warning("reasons_failed", round_index=self.round_index, error=str(exc))
+            return {}
+
     def _round_context(self, now: float, jobs: Mapping[int, JobView]) -> RoundContext:
         """The policy's view of this boundary: ``jobs`` and the events since the last one."""
         return RoundContext(

@@ -7,7 +7,6 @@ Bad input stops with one line naming the file, line and field, and exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -118,11 +117,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
+        from replay.output import write_results
         from replay.plots import plot_results
 
+        written, rounds = write_results(results, out)
         plot_results(results, out / "results.png")
-        print(f"wrote {out / 'results.json'} and {out / 'results.png'}")
+        print(f"wrote {written}, {rounds} and {out / 'results.png'}" if rounds else f"wrote {written} and {out / 'results.png'}")
     return 0
 
 

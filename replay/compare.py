@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from actors.kernel.logs import LOG_LEVELS
 from market.registry import POLICY_NAMES
+from replay.output import ROUND_DETAIL, without_round_detail, write_rounds
 
 EXIT_BAD_INPUT = 2
 
@@ -418,8 +419,12 @@ def compare(
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         by_policy = {row["policy"]: {k: v for k, v in row.items() if k != "wall_time_s"} for row in rows}
-        document = {p: {**r, "comparison": by_policy[p]} for p, r in results.items()}
+        document = {p: {**without_round_detail(r), "comparison": by_policy[p]} for p, r in results.items()}
         (out / "compare.json").write_text(json.dumps(document, indent=1))
+        for p, r in results.items():  # per-round placement and reasons: rounds/<policy>.jsonl (shockwave report)
+            if ROUND_DETAIL in r:
+                (out / "rounds").mkdir(exist_ok=True)
+                write_rounds(r[ROUND_DETAIL], out / "rounds" / f"{p}.jsonl")
         plot_compare(
             results,
             rows,

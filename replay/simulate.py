@@ -14,12 +14,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from configs.loader import RunConfig, load_config
 from workloads.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from market.reasons import JobReason
 
 
 @dataclass
@@ -178,6 +181,16 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
     return build_results(spec, jobs, out, wall)
 
 
+#: the fields of a round's reason row in ``results.json`` (``rounds[].reasons``: job id -> row)
+REASON_ROW = ("code", "text", "priority", "allocation", "target_finish_s", "predicted_remaining_s", "planned_rounds",
+              "deadline_round", "path")
+
+
+def reason_row(reason: "JobReason") -> list:
+    """A :class:`market.reasons.JobReason` as a compact row of :data:`REASON_ROW` (None: absent)."""
+    return [getattr(reason, name) for name in REASON_ROW]
+
+
 def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
     """The results dictionary (see README "Results")."""
     from market.metrics import summarize
@@ -242,6 +255,15 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "scheduled_jobs": r.scheduled_jobs,
                 "gpus_used": r.gpus_used,
                 "policy_wall_s": r.policy_wall_s,
+            }
+            for r in ch.rounds
+        ],
+        "round_detail": [
+            {
+                "round": r.round_index,
+                "start_s": r.start_s,
+                "placement": {str(j): list(g) for j, g in r.placement.items()},
+                "reasons": {str(j): reason_row(reason) for j, reason in r.reasons.items()},
             }
             for r in ch.rounds
         ],

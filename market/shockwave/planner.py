@@ -39,6 +39,9 @@ class WindowPlan:
         time-indexed model solved after the packers failed).
     deadline_misses: ids of constrained jobs whose placement misses their window-fairness deadline
         (:func:`missed_deadlines`; only the "constrained" path carries deadlines).
+    market_rounds: F lists of job ids the market placed (``rounds`` before work conservation).
+    deadlines: job id -> D_j, for the jobs that carried a fairness constraint on the
+        "constrained" path: their n_min rounds must lie in rounds 0..D_j-1 of the window.
     """
 
     start_round: int
@@ -53,6 +56,8 @@ class WindowPlan:
     constrained_jobs: int = 0
     packer: str = "solver"
     deadline_misses: list[int] = field(default_factory=list)
+    market_rounds: list[list[int]] = field(default_factory=list)
+    deadlines: dict[int, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------- plan_window
@@ -179,6 +184,8 @@ def plan_window(
         raise AssertionError(f"plan exceeds capacity: {usage.max()} > {num_gpus}")
     ids = tables.ids
     rounds = [[ids[j] for j in np.flatnonzero(full[:, t])] for t in range(F)]
+    market_rounds = [[ids[j] for j in np.flatnonzero(x[:, t])] for t in range(F)]
+    deadlines = {ids[j]: int(tables.deadline[j]) for j in np.flatnonzero(tables.constrained)} if deadlines else {}
     if path != "constrained":
         log.info(
             "shockwave_replan", round_index=round_index, path=path, reason=reason, jobs=N, solve_s=round(solve_s, 4)
@@ -196,6 +203,8 @@ def plan_window(
         constrained_jobs=int(tables.constrained.sum()) if path == "constrained" else 0,
         packer=packer,
         deadline_misses=misses,
+        market_rounds=market_rounds,
+        deadlines=deadlines,
     )
 
 

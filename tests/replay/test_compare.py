@@ -130,6 +130,10 @@ def test_real_compare_writes_json_and_pngs(small):
     assert list(data) == CHEAP
     # same keys and numbers as a plain `simulate` of the same run in this process
     alone = simulate(resolve_run(None, trace=str(trace), num_gpus=4, policy="gandiva_fair"))
+    # the per-round placement and reasons go to rounds/<policy>.jsonl, one round a line
+    detail = alone.pop("round_detail")
+    lines = (out / "rounds" / "gandiva_fair.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == json.loads(json.dumps(detail))
     assert set(data["gandiva_fair"]) == set(alone) | {"comparison"}
     comparison = data["gandiva_fair"].pop("comparison")
     assert set(comparison) == {"policy", "ours", "published", "ratio", "published_ratio"}
