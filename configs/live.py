@@ -56,7 +56,12 @@ class LiveConfig:
     placement: str = "pack"
     idle_timeout_s: float = 60.0
     max_connections: int = 4096
-
+    #: rounds of placement the dashboard's timeline keeps (``GET /v1/timeline``)
+    timeline_rounds: int = 200
+    #: market reasons kept per job (``GET /v1/jobs/{id}/reasons``): its most recent rounds
+    reasons_per_job: int = 20
+    #: dashboard event streams (``GET /v1/events``) open at once; more are answered 503
+    max_event_streams: int = 64
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "heartbeat_timeout_s", "reconnect_initial_s", "reconnect_max_s"):
@@ -71,6 +76,9 @@ class LiveConfig:
                              f"got {self.idle_timeout_s}")
         if not 16 <= self.max_connections <= 1_000_000:
             raise ValueError(f"[live] max_connections must be in 16..1000000, got {self.max_connections}")
+        for name, high in (("timeline_rounds", 10_000), ("reasons_per_job", 1_000), ("max_event_streams", 10_000)):
+            if not 1 <= getattr(self, name) <= high:
+                raise ValueError(f"[live] {name} must be in 1..{high}, got {getattr(self, name)}")
         if self.placement not in ("pack", "spread"):
             raise ValueError(f"[live] placement must be 'pack' or 'spread', got {self.placement!r}")
         if not 0 <= self.port <= 65535:

@@ -16,9 +16,10 @@ Routes (docs/live_cluster.md has curl examples):
 ``GET /healthz``           liveness (the process answers), no token
 ``GET /readyz``            readiness: the scheduler loop runs and the database takes writes (200/503), no token
 ``GET /v1/bus``            the WebSocket bus hub (:mod:`actors.kernel.transport_ws`)
+``GET /``, ``/ui/*``       the dashboard, and its timeline, reasons and event routes (:mod:`live.dashboard`)
 =========================  ===============================================================
 
-Every route but ``/healthz`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (constant-time compare).
+Every route but ``/healthz``, ``/readyz`` and the dashboard's page and files needs ``Authorization: Bearer <token>`` (constant-time compare).
 Errors are JSON ``{"error": message, "field": name-or-null}`` with 400 (malformed body), 401
 (token), 404, 408 (a body that stalls for ``idle_timeout_s``), 409 (cancel of a finished job, an
 Idempotency-Key used with another body), 413 (body over ``max_body_bytes``), 415 (content type) or
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Mapping
 import msgspec
 from msgspec import Meta, Struct
 
+from live.dashboard import add_routes as add_dashboard_routes, is_public
 from live.read_model import JOB_STATES, JobStatus
 from actors.kernel.messages import CancelJob, CancelResult, JobAccepted, JobSpec, SubmitJob
 from actors.kernel.transport_ws import BUS_PATH, check_bearer
@@ -446,7 +448,7 @@ def build_app(
 
     @web.middleware
     async def guard(request: web.Request, handler):
-        if request.path not in ("/healthz", "/readyz", BUS_PATH):
+        if request.path not in ("/healthz", "/readyz", BUS_PATH) and not is_public(request.path):
             if not check_bearer(request.headers.get("Authorization"), token):
                 metrics.rejections.labels("401").inc()
                 return _error(401, "missing or wrong bearer token", "Authorization")
@@ -559,5 +561,6 @@ def build_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get(BUS_PATH, hub.handle)
+    add_dashboard_routes(app, view, live, _respond, ApiError)
     app["metrics"] = metrics
     return app

@@ -42,6 +42,7 @@ Job states: ``queued`` (waiting for a lease), ``running`` (holds a lease), ``com
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -143,6 +144,8 @@ class LiveClearinghouse(Clearinghouse):
         self.view = read_model or ReadModel()
         self.view.server_id = server_id
         self.view.round_duration_s = config.round_duration_s
+        self.view.timeline_rounds, self.view.reasons_per_job = live.timeline_rounds, live.reasons_per_job
+        self.rounds = collections.deque(maxlen=1)  # type: ignore[assignment]  # the view keeps the history
         self.nodes: dict[str, list[int]] = {}
         self.node_hosts: dict[str, str] = {}
         self.node_incarnation: dict[str, str] = {}
@@ -572,6 +575,8 @@ class LiveClearinghouse(Clearinghouse):
         self.round_start_s = now
         self.round_end_s = now + self.config.round_duration_s
         self.store.set_meta("round_index", self.round_index)
+        if self.rounds:
+            self.view.publish_round(self.rounds[-1], self.num_gpus)
         self._publish_cluster()
         self._schedule_tick(self.round_end_s)
 
@@ -585,3 +590,4 @@ class LiveClearinghouse(Clearinghouse):
         view.round_end_s = self.round_end_s
         view.placement = {j: tuple(g) for j, g in self.previous.items()}
         view.nodes_lost = self.nodes_lost
+        view.bump()

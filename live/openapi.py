@@ -17,14 +17,16 @@ from live.api import (
     Readiness,
     Submitted,
 )
-from live.read_model import JOB_STATES, JobStatus
+from live.dashboard import MAX_TIMELINE_QUERY
+from live.read_model import JOB_STATES, JobReasons, JobStatus, Timeline
 
 
 def openapi_document() -> dict:
     """The OpenAPI 3.1 document: paths by hand, schemas from msgspec (one source of truth)."""
     from workloads.models import SAMPLES_PER_EPOCH
 
-    types = [JobRequest, Submitted, JobStatus, JobList, ClusterStatus, ErrorBody, Health, Readiness]
+    types = [JobRequest, Submitted, JobStatus, JobList, ClusterStatus, ErrorBody, Health, Readiness, Timeline,
+             JobReasons]
     _, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     # the rules msgspec cannot state: total_steps or epochs (one of them), epochs for known models
     components["JobRequest"]["oneOf"] = [
@@ -47,7 +49,9 @@ def openapi_document() -> dict:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Shockwave cluster API", "version": "1.0.0",
-                 "description": "Submit and follow training jobs on a Shockwave-scheduled GPU cluster."},
+                 "description": "Submit and follow training jobs on a Shockwave-scheduled GPU cluster. The "
+                                "dashboard's page (GET /) and its Server-Sent Events stream (GET /v1/events) are "
+                                "described in docs/live_cluster.md."},
         "components": {
             "schemas": components,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -100,6 +104,27 @@ def openapi_document() -> dict:
                     "summary": "Cancel a job",
                     "responses": {"200": {"description": "cancelled", "content": body("JobStatus")}, **auth,
                                   "404": err("no such job"), "409": err("the job already finished")},
+                },
+            },
+            "/v1/jobs/{job_id}/reasons": {
+                "parameters": [job_id],
+                "get": {
+                    "operationId": "jobReasons",
+                    "summary": "The market's reasons of the job's most recent rounds, oldest first",
+                    "responses": {"200": {"description": "reasons", "content": body("JobReasons")}, **auth,
+                                  "404": err("no such job")},
+                },
+            },
+            "/v1/timeline": {
+                "get": {
+                    "operationId": "timeline",
+                    "summary": "The most recent rounds' leases per GPU and preemptions, oldest first",
+                    "parameters": [{"name": "rounds", "in": "query", "required": False,
+                                    "description": "how many of the most recent rounds (at most the [live] "
+                                                   "timeline_rounds kept; default: all kept)",
+                                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMELINE_QUERY}}],
+                    "responses": {"200": {"description": "timeline", "content": body("Timeline")}, **auth,
+                                  "422": err("rounds out of bounds")},
                 },
             },
             "/v1/cluster": {

@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("actors", "cli", "configs", "gpu_runtime", "live", "market", "predictor", "replay", "sim_clock", "workloads")
+PACKAGES = ("actors", "cli", "configs", "gpu_runtime", "live", "market", "predictor", "replay", "sim_clock", "workloads", "webui")
 IO = {"aiohttp", "msgpack", "torch", "actors", "gpu_runtime", "live", "replay", "cli"}
 FORBIDDEN: dict[str, set[str]] = {
     "market": IO,
     "predictor": IO,
     "sim_clock": IO,
     "workloads": IO,
+    "webui": IO | {"market", "predictor", "configs"},
     "gpu_runtime": {"actors", "live", "replay", "cli"},
     "actors": {"live", "replay", "cli", "torch"},
     "replay": {"live", "cli", "torch"},
