@@ -144,6 +144,7 @@ SUBCOMMANDS: dict[str, str] = {
     "parity": "replay.parity",
     "trace": "cli.trace",
     "sweep": "replay.sweep",
+    "report": "replay.report",
 }
 
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 UI_PREFIX = "/ui/"
 #: the paths that need no token (they hold no cluster data)
-PUBLIC_PATHS = ("/",)
+PUBLIC_PATHS = ("/", "/favicon.ico")
 #: the largest ``rounds`` a timeline query may name (it gets at most ``[live] timeline_rounds``)
 MAX_TIMELINE_QUERY = 10**9
 EVENT_COALESCE_S = 0.2
@@ -83,6 +83,9 @@ def add_routes(
     async def index(request: web.Request) -> web.Response:
         return _asset("dashboard.html")
 
+    async def favicon(request: web.Request) -> web.Response:
+        return web.Response(status=204, headers=SECURITY_HEADERS)
+
     async def static(request: web.Request) -> web.Response:
         return _asset(request.match_info["name"])
 
@@ -127,6 +130,7 @@ def add_routes(
         return response
 
     app.router.add_get("/", index)
+    app.router.add_get("/favicon.ico", favicon)
     app.router.add_get(UI_PREFIX + "{name}", static)
     app.router.add_get("/v1/timeline", timeline)
     app.router.add_get("/v1/jobs/{job_id}/reasons", job_reasons)

@@ -209,6 +209,8 @@ class ReadModel:
         status.priority = reason.priority
         status.target_finish_s = reason.target_finish_s
         remaining = reason.predicted_remaining_s
+        if remaining is not None and remaining <= 0 and status.steps_done < status.total_steps:
+            remaining = None  # the predictor has nothing to go on yet (no progress reported)
         status.predicted_remaining_s = remaining
         if remaining is None:
             return
