@@ -59,6 +59,7 @@ from market.base import JobView, RoundContext, RoundPolicy
 from market.placement import place_gang_jobs
 from market.reasons import JobReason, explain_round
 from workloads.adaptation import WorkloadConfig
+from workloads.models import job_samples_per_epoch
 
 if TYPE_CHECKING:  # pragma: no cover
     from actors.kernel.bus import Bus
@@ -245,9 +246,10 @@ class Clearinghouse(Actor):
             )
             if profile is not None:
                 msg.profile = profile
-            else:
-                msg.num_epochs = 1
-                msg.samples_per_epoch = max(1, spec.total_steps)
+            else:  # the job actor's epochs (workloads.models.job_samples_per_epoch)
+                samples = job_samples_per_epoch(spec.model, spec.batch_size, spec.total_steps)
+                msg.num_epochs = max(1, -(-spec.total_steps // -(-samples // spec.batch_size)))
+                msg.samples_per_epoch = samples
                 msg.batch_size = spec.batch_size
                 msg.throughput = record.throughput
             self.send(msg)

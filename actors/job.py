@@ -37,7 +37,7 @@ import msgspec
 from actors.kernel.actor import Actor, handles
 from actors.kernel.messages import JobProgress, JobSpec, LeaseProgress, LeaseReport
 from workloads.adaptation import rescale_for_batch_size_change
-from workloads.models import SAMPLES_PER_EPOCH, steps_per_epoch
+from workloads.models import SAMPLES_PER_EPOCH, job_samples_per_epoch
 
 if TYPE_CHECKING:  # pragma: no cover
     from actors.kernel.bus import Bus
@@ -135,9 +135,8 @@ class JobActor(Actor):
                 bus.subscribe(PROGRESS_TOPIC, address)
 
     def _steps_per_epoch(self) -> int:
-        if self.spec.model in SAMPLES_PER_EPOCH:
-            return steps_per_epoch(self.spec.model, self.batch_size)
-        return max(1, self.total_steps)
+        spec = self.spec
+        return -(-job_samples_per_epoch(spec.model, spec.batch_size, spec.total_steps) // self.batch_size)
 
     def _change_batch_size(self, new_bs: int, *, applied: bool = False) -> tuple[int, int] | None:
         table, model, sf = self.throughputs, self.spec.model, self.spec.scale_factor

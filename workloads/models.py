@@ -27,6 +27,8 @@ __all__ = [
     "job_type_name",
     "steps_per_epoch",
     "samples_per_epoch",
+    "job_samples_per_epoch",
+    "PSEUDO_EPOCHS",
 ]
 
 #: Training samples in one epoch, by model (§1.3). ResNet-50 uses a 100k-image ImageNet subset.
@@ -136,6 +138,27 @@ def samples_per_epoch(model: str) -> int:
         return SAMPLES_PER_EPOCH[model]
     except KeyError:
         raise KeyError(f"unknown model {model!r}; known: {', '.join(SAMPLES_PER_EPOCH)}") from None
+
+
+#: a job of a model without a known dataset (e.g. an emulated ``toy`` job) counts its steps in this
+#: many equal epochs: the remaining-runtime posterior sees progress only in epochs, and with one
+#: epoch it would predict nothing left from the first round on (docs/reference.md §4.4)
+PSEUDO_EPOCHS = 100
+
+
+def job_samples_per_epoch(model: str, batch_size: int, total_steps: int) -> int:
+    """Samples in one epoch of a job: its model's dataset (§1.3), or for a model without one,
+    ``ceil(total_steps / PSEUDO_EPOCHS)`` steps at ``batch_size`` (the job's own sizes at
+    submission). The job actor's epoch count and the predictor's use this one definition.
+
+    Raises:
+        ValueError: ``batch_size < 1``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    if model in SAMPLES_PER_EPOCH:
+        return SAMPLES_PER_EPOCH[model]
+    return -(-max(1, int(total_steps)) // PSEUDO_EPOCHS) * int(batch_size)
 
 
 def steps_per_epoch(model: str, batch_size: int) -> int:

@@ -112,3 +112,23 @@ def test_event_streams_are_bounded(cluster):
         s.close()
     # a closed stream frees its place (the server notices at its next write: wait for it)
     wait_for(lambda: _open(cluster), 40, interval_s=0.5, what="a freed event stream").close()
+
+
+def test_a_profile_less_job_gets_a_remaining_time_prediction(cluster):
+    # an emulated "toy" job has no dataset size: its steps count in pseudo-epochs, so the
+    # posterior sees progress (with one epoch it predicted nothing left from the first round on)
+    spec = {**JOB, "total_steps": 3000, "duration_s": 30.0, "name": "predicted"}
+    job_id = call(cluster + "/v1/jobs", "POST", json.dumps(spec).encode())[1]["job_id"]
+
+    def predicted():
+        job = call(f"{cluster}/v1/jobs/{job_id}")[1]
+        ok = job["steps_done"] > 0 and job["predicted_remaining_s"] is not None and job["state"] != "completed"
+        return ok and job
+
+    job = wait_for(predicted, 60, what="a prediction after progress")
+    actual = (job["total_steps"] - job["steps_done"]) / job["throughput"]
+    assert 0.5 * actual <= job["predicted_remaining_s"] <= 1.5 * actual + 1.0
+    assert job["rho_projected"] is not None and job["prediction_error"] is not None
+    reasons = call(f"{cluster}/v1/jobs/{job_id}/reasons")[1]["reasons"]
+    assert any((r.get("predicted_remaining_s") or 0) > 0 for r in reasons)
+    call(f"{cluster}/v1/jobs/{job_id}", "DELETE")
