@@ -27,18 +27,32 @@ def chromium_path() -> str | None:
     return next((p for p in map(shutil.which, CANDIDATES) if p), None)
 
 
+def _skip_reason() -> str | None:
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[dev]')"
+    if chromium_path() is None:
+        return "no Chromium found (apt-get install chromium, or set SHOCKWAVE_CHROMIUM)"
+    return None
+
+
+def browser_status() -> str:
+    """One line for the test session's header: the browser the tests drive, or why they are skipped."""
+    reason = _skip_reason()
+    return f"SKIPPED, {reason}" if reason else f"headless {chromium_path()} through Playwright"
+
+
 @contextlib.contextmanager
 def chromium():
     """A headless browser (Playwright's ``Browser``); skips the test when there is none."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("browser test skipped: playwright is not installed (pip install -e '.[dev]')")
-    path = chromium_path()
-    if path is None:
-        pytest.skip("browser test skipped: no Chromium found (apt-get install chromium, or set SHOCKWAVE_CHROMIUM)")
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(f"browser test skipped: {reason}")
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=path, args=ARGS, headless=True)
+        browser = p.chromium.launch(executable_path=chromium_path(), args=ARGS, headless=True)
         try:
             yield browser
         finally:

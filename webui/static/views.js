@@ -119,7 +119,7 @@ const SWViews = (() => {
     const gpus = Math.max(numGpus || 0, ...rounds.flatMap((r) => Object.values(r.placement).flat().map((g) => g + 1)), 1);
     const cw = Math.max(4, Math.min(24, Math.floor((opts.width || 900) / Math.max(rounds.length, 1))));
     const rh = Math.max(6, Math.min(18, Math.floor(360 / gpus)));
-    const left = 52, top = 8, width = left + cw * rounds.length + 8, height = top + rh * gpus + 28;
+    const left = 52, top = 8, width = Math.max(left + cw * rounds.length + 8, 220), height = top + rh * gpus + 28;
     const root = svg("svg", { class: "timeline", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
       "aria-label": "leases per GPU and round" });
     for (let g = 0; g < gpus; g++) {
