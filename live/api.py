@@ -39,6 +39,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from live.dashboard import add_routes as add_dashboard_routes, is_public
+from live.params import ApiError, bounded_int, job_id
 from live.read_model import JOB_STATES, JobStatus
 from actors.kernel.messages import CancelJob, CancelResult, JobAccepted, JobSpec, SubmitJob
 from actors.kernel.transport_ws import BUS_PATH, check_bearer
@@ -149,12 +150,6 @@ class Readiness(Struct, kw_only=True):
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Encoder()
 _INT_FIELDS = ("batch_size", "scale_factor", "total_steps", "epochs")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, error: str, field: str | None = None) -> None:
-        super().__init__(error)
-        self.status, self.error, self.field = status, error, field
 
 
 def field_of(message: str) -> str | None:
@@ -297,9 +292,7 @@ def page_query(query: Mapping[str, str]) -> tuple[int, int | None, str | None]:
         ApiError: 422 naming ``limit`` (not an integer in 1..1000), ``cursor`` (not one this
             server made) or ``state`` (not a job state).
     """
-    raw = query.get("limit", str(DEFAULT_PAGE))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
-        raise ApiError(422, f"limit must be an integer from 1 to {MAX_PAGE}, got {raw[:20]!r}", "limit")
+    limit = bounded_int(query.get("limit", str(DEFAULT_PAGE)), "limit", 1, MAX_PAGE)
     after = None
     cursor = query.get("cursor")
     if cursor is not None:
@@ -309,7 +302,7 @@ def page_query(query: Mapping[str, str]) -> tuple[int, int | None, str | None]:
     state = query.get("state")
     if state is not None and state not in JOB_STATES:
         raise ApiError(422, f"state must be one of {', '.join(JOB_STATES)}", "state")
-    return int(raw), after, state
+    return limit, after, state
 
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -327,11 +320,7 @@ def idempotency_key(value: str | None) -> str:
 
 
 def _job_id(request: "web.Request") -> int:
-    raw = request.match_info["job_id"]
-    try:
-        return int(raw)
-    except ValueError:
-        raise ApiError(404, f"no job {raw!r}", "job_id") from None
+    return job_id(request.match_info["job_id"])
 
 
 class Metrics:
@@ -561,6 +550,6 @@ def build_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get(BUS_PATH, hub.handle)
-    add_dashboard_routes(app, view, live, _respond, ApiError)
+    add_dashboard_routes(app, view, live, _respond)
     app["metrics"] = metrics
     return app

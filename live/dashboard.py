@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable
 import msgspec
 
 import webui
+from live.params import ApiError, bounded_int, job_id
 from live.read_model import JobReasons, Timeline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,10 +66,9 @@ def add_routes(
     view: "ReadModel",
     live: "LiveConfig",
     respond: Callable[["web.Request", object], "web.Response"],
-    error: Callable[[int, str, str | None], Exception],
 ) -> None:
-    """Register the dashboard's routes on ``app`` (``respond`` and ``error`` are the API's
-    answer and error constructors, so that content negotiation and error bodies are the same)."""
+    """Register the dashboard's routes on ``app`` (``respond`` is the API's answer constructor, so
+    that content negotiation is the same; errors are :class:`live.params.ApiError`, as the API's)."""
     from aiohttp import web
 
     streams: set[web.StreamResponse] = set()
@@ -77,7 +77,7 @@ def add_routes(
         try:
             text = webui.asset(name)
         except KeyError:
-            raise error(404, f"no file {name!r}", "file") from None
+            raise ApiError(404, f"no file {name!r}", "file") from None
         return web.Response(text=text, content_type=webui.ASSETS[name], headers=SECURITY_HEADERS)
 
     async def index(request: web.Request) -> web.Response:
@@ -90,22 +90,20 @@ def add_routes(
         return _asset(request.match_info["name"])
 
     async def timeline(request: web.Request) -> web.Response:
-        raw = request.query.get("rounds", str(live.timeline_rounds))
-        if not raw.isdigit() or len(raw) > 10 or not 1 <= int(raw) <= MAX_TIMELINE_QUERY:
-            raise error(422, f"rounds must be an integer from 1 to {MAX_TIMELINE_QUERY}, got {raw[:20]!r}", "rounds")
-        rounds = list(view.timeline)[-min(int(raw), live.timeline_rounds):]
+        wanted = bounded_int(request.query.get("rounds", str(live.timeline_rounds)), "rounds", 1, MAX_TIMELINE_QUERY)
+        rounds = list(view.timeline)[-min(wanted, live.timeline_rounds):]
         return respond(request, Timeline(num_gpus=view.num_gpus, rounds=rounds))
 
     async def job_reasons(request: web.Request) -> web.Response:
-        raw = request.match_info["job_id"]
-        reasons = view.job_reasons(int(raw)) if raw.isdigit() else None
+        job = job_id(request.match_info["job_id"])
+        reasons = view.job_reasons(job)
         if reasons is None:
-            raise error(404, f"no job {raw!r}", "job_id")
-        return respond(request, JobReasons(job_id=int(raw), reasons=reasons))
+            raise ApiError(404, f"no job {job}", "job_id")
+        return respond(request, JobReasons(job_id=job, reasons=reasons))
 
     async def events(request: web.Request) -> web.StreamResponse:
         if len(streams) >= live.max_event_streams:
-            raise error(503, f"{live.max_event_streams} event streams are open (max_event_streams)", None)
+            raise ApiError(503, f"{live.max_event_streams} event streams are open (max_event_streams)", None)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                "X-Accel-Buffering": "no"})
         streams.add(response)

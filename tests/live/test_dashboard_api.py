@@ -80,7 +80,7 @@ def test_timeline_reasons_and_events_follow_the_rounds(cluster):
         gpus = [g for ids_ in rnd["placement"].values() for g in ids_]
         assert len(gpus) == len(set(gpus)) <= 2
     assert len(call(cluster + "/v1/timeline?rounds=2")[1]["rounds"]) == 2
-    for bad in ("0", "-1", "x", "99999999999"):
+    for bad in ("0", "-1", "x", "99999999999", "%C2%B2", "1" * 5000):
         status, body = call(cluster + f"/v1/timeline?rounds={bad}")
         assert status == 422 and body["field"] == "rounds"
     status, reasons = call(f"{cluster}/v1/jobs/{ids[0]}/reasons")
@@ -89,7 +89,8 @@ def test_timeline_reasons_and_events_follow_the_rounds(cluster):
     assert last["code"] and last["text"] and last["round_index"] >= 0
     status, job = call(f"{cluster}/v1/jobs/{ids[0]}")
     assert job["market_code"] == last["code"]
-    assert call(cluster + "/v1/jobs/424242/reasons")[0] == 404
+    for missing in ("424242", "%C2%B2", "1" * 5000):
+        assert call(cluster + f"/v1/jobs/{missing}/reasons")[0] == 404
     stream.close()
 
 

@@ -63,8 +63,24 @@ def test_page_query_bounds_and_names_the_field():
     assert page_query(MultiDict()) == (100, None, None)
     assert page_query(MultiDict(limit="1000", cursor=encode_cursor(41), state="running")) == (1000, 41, "running")
     for query, field in [({"limit": "0"}, "limit"), ({"limit": "1001"}, "limit"), ({"limit": "-1"}, "limit"),
-                         ({"limit": "1e3"}, "limit"), ({"cursor": "!!"}, "cursor"), ({"cursor": "c12g"}, "cursor"), ({"cursor": ""}, "cursor"),
+                         ({"limit": "1e3"}, "limit"), ({"limit": "\u00b2"}, "limit"), ({"limit": "\u0663"}, "limit"),
+                         ({"limit": "1" * 5000}, "limit"), ({"cursor": "!!"}, "cursor"), ({"cursor": "c12g"}, "cursor"), ({"cursor": ""}, "cursor"),
                          ({"state": "done"}, "state")]:
         with pytest.raises(ApiError) as bad:
             page_query(MultiDict(query))
         assert (bad.value.status, bad.value.field) == (422, field)
+
+
+def test_numbers_in_paths_are_ascii_digits_only():
+    # str.isdigit accepts a superscript two, which int() refuses; int() also refuses 5,000 digits:
+    # either was an uncaught ValueError (500)
+    from live.params import bounded_int, job_id
+
+    assert job_id("42") == 42 and bounded_int("7", "rounds", 1, 10) == 7
+    for raw in ("\u00b2", "\u0663", "1" * 5000, "", "+1", " 1", "1_0", "-1"):
+        with pytest.raises(ApiError) as bad:
+            job_id(raw)
+        assert (bad.value.status, bad.value.field) == (404, "job_id")
+        with pytest.raises(ApiError) as bad:
+            bounded_int(raw, "rounds", 1, 10)
+        assert (bad.value.status, bad.value.field) == (422, "rounds")
