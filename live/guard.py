@@ -24,7 +24,7 @@ def check_lease_message(ch: "LiveClearinghouse", peer: str, incarnation: str, ms
     if info.job_id != msg.job_id or msg.dst != f"job/{msg.job_id}":
         return "lease_job_mismatch"
     gpu = msg.src.removeprefix("gpu/")
-    if not gpu.isdigit() or int(gpu) not in info.gpu_ids or int(gpu) not in ch.nodes.get(peer, ()):
+    if not (gpu.isascii() and gpu.isdigit() and len(gpu) <= 18) or int(gpu) not in info.gpu_ids or int(gpu) not in ch.nodes.get(peer, ()):
         return "lease_not_held_by_sender"
     if ch.node_incarnation.get(peer) != incarnation:
         return "stale_incarnation"
