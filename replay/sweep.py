@@ -44,6 +44,8 @@ import hashlib
 import itertools
 import json
 import os
+import re
+import socket
 import sys
 import time
 import tomllib
@@ -326,6 +328,29 @@ def _submit_local(tasks: dict[str, dict], jobs: int):
             yield futures[future], error if error is not None else future.result()
 
 
+#: seconds to wait for a TCP connection to a ``--ray`` address before calling it unreachable
+RAY_CONNECT_TIMEOUT_S = 10.0
+_RAY_ADDRESS = re.compile(r"(?:ray://)?\[?([^\[\]/]+?)\]?:([0-9]{1,5})")
+
+
+def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Fail fast on a ``host:port`` or ``ray://host:port`` address that takes no TCP connection
+    (``ray.init`` retries such an address for minutes). ``auto`` and other forms are left to Ray.
+
+    Raises:
+        InputError: naming ``--ray`` and the address, when nothing listens there.
+    """
+    match = _RAY_ADDRESS.fullmatch(address.strip())
+    if match is None:
+        return
+    host, port = match.group(1), int(match.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise InputError("--ray", f"no Ray cluster answers at {address!r} ({host}:{port}: {exc.strerror or exc})",
+                         field="ray") from None
+
+
 def _submit_ray(tasks: dict[str, dict], address: str):
     """Yield (key, result or exception) as Ray tasks finish (``address`` as ``ray.init`` takes it)."""
     try:
@@ -333,6 +358,7 @@ def _submit_ray(tasks: dict[str, dict], address: str):
     except ImportError:
         raise InputError("--ray", "Ray is not installed: pip install -e '.[ray]'", field="ray") from None
     if not ray.is_initialized():
+        check_ray_address(address)
         try:
             ray.init(address=address, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:

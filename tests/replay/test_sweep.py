@@ -160,3 +160,17 @@ def test_a_local_ray_instance_gives_the_local_pools_results(tmp_path, small_trac
         ray.shutdown()
     assert (remote.ran, remote.failed) == (8, 0)
     assert comparable(remote.rows) == comparable(local.rows)
+
+
+def test_an_unreachable_ray_address_is_bad_input_at_once(tmp_path, small_trace, capsys):
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on (ray.init would retry it for minutes)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = write_spec(tmp_path, small_trace)
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--ray", address]) == 2
+        err = capsys.readouterr().err
+        assert "--ray" in err and repr(address) in err and "no Ray cluster answers" in err
