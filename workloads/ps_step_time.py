@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-__all__ = ["nic_bytes_per_s", "local_bytes_per_s", "comm_time_s", "step_time_s", "ps_rate"]
+__all__ = ["nic_bytes_per_s", "local_bytes_per_s", "comm_time_s", "step_time_s"]
 
 
 def _positive(name: str, value: float) -> float:
@@ -127,28 +127,6 @@ def comm_time_s(
 
 
 def step_time_s(
-    compute_s: float | np.ndarray,
-    workers: object,
-    ps: object,
-    model_bytes: float | np.ndarray,
-    nic_bytes_s: float,
-    local_bytes_s: float,
-    *,
-    locality: bool = True,
-) -> float | np.ndarray:
-    """Seconds per step: ``tau + comm`` with ``tau = compute_s`` (1 / the table's steps/s at w workers).
-
-    Args and errors as :func:`comm_time_s`; ``compute_s`` (shape broadcastable to (...)) must be
-    finite and > 0 (ValueError otherwise).
-    """
-    tau = np.asarray(compute_s, dtype=float)
-    if not np.all(np.isfinite(tau)) or np.any(tau <= 0):
-        raise ValueError(f"compute_s must be finite numbers > 0 (seconds per step), got {compute_s!r}")
-    out = tau + comm_time_s(workers, ps, model_bytes, nic_bytes_s, local_bytes_s, locality=locality)
-    return float(out) if np.ndim(out) == 0 else out
-
-
-def ps_rate(
     throughput: float | np.ndarray,
     workers: object,
     ps: object,
@@ -158,11 +136,16 @@ def ps_rate(
     *,
     locality: bool = True,
 ) -> float | np.ndarray:
-    """Steps/s of the placed job: ``1 / (1 / throughput + comm)``.
+    """Seconds per step of the placed job, ``t = tau + comm`` with ``tau = 1 / throughput``; its
+    rate in steps/s is ``1 / t``.
 
     Args:
-        throughput: the table's steps/s of the whole gang at w = sum(workers) workers, finite > 0.
+        throughput: the table's steps/s of the whole gang at w = sum(workers) workers, finite > 0,
+            a scalar or an array broadcastable to the leading shape (...).
         Others as :func:`comm_time_s`.
+
+    Returns:
+        Seconds, shape (...).
 
     Raises:
         ValueError: as :func:`comm_time_s`, or a throughput that is not finite and > 0.
@@ -170,5 +153,5 @@ def ps_rate(
     thr = np.asarray(throughput, dtype=float)
     if not np.all(np.isfinite(thr)) or np.any(thr <= 0):
         raise ValueError(f"throughput must be finite numbers > 0 (steps/s), got {throughput!r}")
-    out = 1.0 / step_time_s(1.0 / thr, workers, ps, model_bytes, nic_bytes_s, local_bytes_s, locality=locality)
+    out = 1.0 / thr + comm_time_s(workers, ps, model_bytes, nic_bytes_s, local_bytes_s, locality=locality)
     return float(out) if np.ndim(out) == 0 else out

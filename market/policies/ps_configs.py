@@ -10,8 +10,8 @@ A *configuration* of a job fixes its worker count w, its PS count p and a placem
 
 Machines with the same (GPUs, cores) form a *class*. A :class:`Layout` is a shape for given
 (w, p, worker class, PS class): how many workers and PSs go on each of its machines. Which machines
-of the class is decided at placement (:mod:`market.policies.ps_placement`). A layout's
-communication time is linear in the model size S, so it is computed once per layout, per byte.
+of the class is decided at placement (:mod:`market.policies.ps_placement`). The rate of every
+(job, layout) comes from :func:`workloads.ps_step_time.step_time_s`, all at once.
 
 Bounds: w in {1, 2, 4, 8} where the job's throughput table has a value > 0 (only the requested
 count when ``elastic`` is off); p in {1, 2, 4, 8} with p <= w [R]; a worker takes one GPU and c_w
@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from workloads.ps_step_time import comm_time_s, local_bytes_per_s, nic_bytes_per_s
+from workloads.ps_step_time import local_bytes_per_s, nic_bytes_per_s, step_time_s
 
 __all__ = [
     "WORKER_COUNTS",
@@ -122,7 +122,10 @@ class PsNode:
     cpu_cores: int
 
     def __post_init__(self) -> None:
-        gpus = tuple(int(g) for g in self.gpu_ids)
+        try:
+            gpus = tuple(int(g) for g in self.gpu_ids)
+        except (TypeError, ValueError):
+            raise ValueError(f"node {self.node_id!r}: gpu_ids must be integers, got {self.gpu_ids!r}") from None
         if len(set(gpus)) != len(gpus):
             raise ValueError(f"node {self.node_id!r}: gpu_ids repeat a GPU: {gpus}")
         if not isinstance(self.cpu_cores, (int, np.integer)) or self.cpu_cores < 0:
@@ -165,18 +168,23 @@ class PsParams:
     elastic: bool = True
 
     def __post_init__(self) -> None:
-        checks = [
-            ("horizon_rounds", isinstance(self.horizon_rounds, int) and 1 <= self.horizon_rounds <= 1000),
-            ("gamma", math.isfinite(self.gamma) and self.gamma >= 1.0),
-            ("draws", isinstance(self.draws, int) and 1 <= self.draws <= 1000),
-            ("worker_cpus", isinstance(self.worker_cpus, int) and self.worker_cpus >= 0),
-            ("ps_cpus", isinstance(self.ps_cpus, int) and self.ps_cpus >= 0),
-            ("round_duration_s", math.isfinite(self.round_duration_s) and self.round_duration_s > 0),
-            ("penalty_s", self.penalty_s is None or (math.isfinite(self.penalty_s) and self.penalty_s > 0)),
-        ]
-        for name, ok in checks:
-            if not ok:
-                raise ValueError(f"PsParams.{name} is out of range: {getattr(self, name)!r}")
+        def bad(name: str, rule: str) -> ValueError:
+            return ValueError(f"PsParams.{name} must be {rule}, got {getattr(self, name)!r}")
+
+        for name, lo, hi in (("horizon_rounds", 1, 1000), ("draws", 1, 1000), ("worker_cpus", 0, 10_000), ("ps_cpus", 0, 10_000)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not lo <= value <= hi:
+                raise bad(name, f"an integer in [{lo}, {hi}]")
+        for name, lo, strict in (("gamma", 1.0, False), ("round_duration_s", 0.0, True), ("penalty_s", 0.0, True)):
+            value = getattr(self, name)
+            if value is None and name == "penalty_s":
+                continue
+            if not isinstance(value, (int, float, np.number)) or isinstance(value, bool) or not math.isfinite(value) \
+                    or value < lo or (strict and value == lo):
+                raise bad(name, f"a finite number {'>' if strict else '>='} {lo:g}")
+        for name in ("locality_aware", "elastic"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "true or false")
         nic_bytes_per_s(self.nic_gbps)
         local_bytes_per_s(self.local_gbytes_s)
 
@@ -209,8 +217,6 @@ class Layout:
             machines (equal to ``worker_class`` for ``colocated`` and ``spread``).
         worker_slots: (workers, PSs) on each worker machine, most workers first.
         ps_slots: PSs on each PS-only machine (``ps_on_slack``; empty otherwise).
-        comm_s_per_byte: communication seconds per step per byte of model, locality-aware model.
-        blind_comm_s_per_byte: the same under the locality-blind model.
     """
 
     shape: str
@@ -220,8 +226,14 @@ class Layout:
     ps_class: int
     worker_slots: tuple[tuple[int, int], ...]
     ps_slots: tuple[int, ...]
-    comm_s_per_byte: float
-    blind_comm_s_per_byte: float
+
+    def tasks(self, machines: int) -> tuple[list[int], list[int]]:
+        """(workers, PSs) per machine, worker machines then PS-only ones, padded with zeros to
+        ``machines`` entries: the inputs of :func:`workloads.ps_step_time.step_time_s`."""
+        x = [s[0] for s in self.worker_slots] + [0] * len(self.ps_slots)
+        y = [s[1] for s in self.worker_slots] + list(self.ps_slots)
+        pad = [0] * (machines - len(x))
+        return x + pad, y + pad
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,17 +268,6 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def _layout(shape, w, p, c, c2, slots, ps_slots, params: PsParams) -> Layout:
-    x = [s[0] for s in slots] + [0] * len(ps_slots)
-    y = [s[1] for s in slots] + list(ps_slots)
-    return Layout(
-        shape=shape, workers=w, ps=p, worker_class=c, ps_class=c2,
-        worker_slots=tuple(slots), ps_slots=tuple(ps_slots),
-        comm_s_per_byte=comm_time_s(x, y, 1.0, params.beta_ext, params.beta_loc),
-        blind_comm_s_per_byte=comm_time_s(x, y, 1.0, params.beta_ext, params.beta_loc, locality=False),
-    )
-
-
 def enumerate_layouts(classes: NodeClasses, params: PsParams) -> list[Layout]:
     """Every layout that fits the machines of ``classes`` (step 1 of section 1.4: configurations
     that cannot fit on any machine are dropped)."""
@@ -284,7 +285,7 @@ def enumerate_layouts(classes: NodeClasses, params: PsParams) -> list[Layout]:
                 ys = _split(p, m)
                 if all(cw * x + cp_ * y <= C for x, y in zip(xs, ys)):
                     shape = "colocated" if m == 1 else "spread"
-                    out.append(_layout(shape, w, p, c, c, list(zip(xs, ys)), [], params))
+                    out.append(Layout(shape, w, p, c, c, tuple(zip(xs, ys)), ()))
                 if cw * max(xs) > C:
                     continue
                 m_ps = min(p, m)
@@ -292,7 +293,7 @@ def enumerate_layouts(classes: NodeClasses, params: PsParams) -> list[Layout]:
                 for c2, (C2, n2) in enumerate(zip(classes.cpus.tolist(), classes.count.tolist())):
                     enough = m + m_ps <= n if c2 == c else m_ps <= n2
                     if enough and cp_ * yps[0] <= C2:
-                        out.append(_layout("ps_on_slack", w, p, c, c2, [(x, 0) for x in xs], yps, params))
+                        out.append(Layout("ps_on_slack", w, p, c, c2, tuple((x, 0) for x in xs), tuple(yps)))
     return out
 
 
@@ -332,13 +333,17 @@ def build_configs(jobs: Sequence[PsJob], layouts: Sequence[Layout], num_classes:
     avail = thr > 0
     if not params.elastic:
         avail &= w[None, :] == np.array([job.requested_workers for job in jobs])[:, None]
+    machines = max(len(lay.worker_slots) + len(lay.ps_slots) for lay in layouts)
+    x, y = (np.array(v)[None] for v in zip(*(lay.tasks(machines) for lay in layouts)))  # (1, K, machines)
     size = np.array([job.model_bytes for job in jobs])[:, None]
-    kappa = np.array([lay.comm_s_per_byte for lay in layouts])[None, :]
-    kappa_blind = np.array([lay.blind_comm_s_per_byte for lay in layouts])[None, :]
-    with np.errstate(divide="ignore"):
-        tau = np.where(avail, 1.0 / np.where(avail, thr, 1.0), np.inf)
-    true_rate = np.where(avail, 1.0 / (tau + size * kappa), 0.0)
-    rate = true_rate if params.locality_aware else np.where(avail, 1.0 / (tau + size * kappa_blind), 0.0)
+    thr_ok = np.where(avail, thr, 1.0)
+
+    def rates(locality: bool) -> np.ndarray:
+        t = step_time_s(thr_ok, x, y, size, params.beta_ext, params.beta_loc, locality=locality)
+        return np.where(avail, 1.0 / t, 0.0)
+
+    true_rate = rates(True)
+    rate = true_rate if params.locality_aware else rates(False)
 
     cw, cp_ = params.worker_cpus, params.ps_cpus
     gpu = np.zeros((num_classes, K))

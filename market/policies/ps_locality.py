@@ -26,11 +26,11 @@ Each round, over the active jobs:
    machine of the class is chosen at placement (:mod:`market.policies.ps_placement`).
 3. Randomized rounding of round 0 [P names it; details R]: each job draws configuration k with
    probability z*[k, 0] / gamma, or nothing with the leftover probability (the caller's seeded RNG).
-4. Repair: the drawn jobs are placed in descending z*·rate/W; one that no longer fits on any
-   machine is dropped (the lowest such value goes first: the greedy form of "remove the job with
-   the lowest z*·rate/W from an over-full machine"). Greedy refill: the unplaced jobs, in descending
-   z* (ties: shorter remaining time first, ours), take their best (highest-rate) configuration
-   that fits.
+4. Repair [R]: the drawn jobs are placed one by one in descending z*·rate/W (those whose drawn
+   worker count lets them keep last round's GPUs first); a job that fits on no machine any more
+   is dropped. This is the greedy form of "while a machine is over capacity, remove its job with
+   the lowest z*·rate/W". Greedy refill: the unplaced jobs, in descending z* (ties: shorter
+   remaining time first, ours), take their best (highest-rate) configuration that fits.
 5. Placement: workers on GPUs preferring last round's (no restart), PSs as CPU reservations.
 6. Best of R draws by the surrogate objective: the rounded round 0, then each job keeping its
    configuration until it finishes, freed capacity refilled as in step 4, scored by the LP's

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from market.policies.ps_locality import PsJob, PsNode, PsParams, plan_ps_round
-from workloads.ps_step_time import ps_rate
+from workloads.ps_step_time import step_time_s
 from workloads.throughputs import ThroughputTable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,8 +60,8 @@ def check_capacity(plan, nodes, params, jobs):
         x = [len(jp.worker_gpus.get(n, ())) for n in machines]
         y = [jp.ps_per_node.get(n, 0) for n in machines]
         job = size[jp.job_id]
-        want = ps_rate(job.throughput(jp.num_workers), x, y, job.model_bytes, params.beta_ext, params.beta_loc)
-        assert jp.rate == pytest.approx(want, rel=1e-9)
+        seconds = step_time_s(job.throughput(jp.num_workers), x, y, job.model_bytes, params.beta_ext, params.beta_loc)
+        assert jp.step_time_s == pytest.approx(seconds, rel=1e-9)
     assert all(count == 1 for count in gpus_used.values()), "a GPU given twice"
     for node, cores in cpus_used.items():
         assert cores <= by_id[node].cpu_cores
@@ -188,6 +188,10 @@ def test_empty_round():
         (lambda: PsParams(horizon_rounds=0), "horizon_rounds"),
         (lambda: PsParams(nic_gbps=0.0), "nic_gbps"),
         (lambda: PsParams(penalty_s=-1.0), "penalty_s"),
+        (lambda: PsParams(draws=2.5), "draws"),
+        (lambda: PsParams(gamma="high"), "gamma"),
+        (lambda: PsParams(elastic=1), "elastic"),
+        (lambda: PsNode(0, ("a",), 4), "gpu_ids"),
     ],
 )
 def test_bad_input_is_named(make, message):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workloads.ps_step_time import comm_time_s, local_bytes_per_s, nic_bytes_per_s, ps_rate, step_time_s
+from workloads.ps_step_time import comm_time_s, local_bytes_per_s, nic_bytes_per_s, step_time_s
 
 S = 102e6  # ResNet-50, bytes
 EXT = nic_bytes_per_s(25)
@@ -39,8 +39,8 @@ def test_locality_gain_shrinks_with_bandwidth():
     gains = []
     for gbps in (10, 25, 100):
         ext = nic_bytes_per_s(gbps)
-        together = step_time_s(1 / 43.0, [4, 0], [4, 0], 47e6, ext, LOC)
-        apart = step_time_s(1 / 43.0, [4, 0], [0, 4], 47e6, ext, LOC)
+        together = step_time_s(43.0, [4, 0], [4, 0], 47e6, ext, LOC)
+        apart = step_time_s(43.0, [4, 0], [0, 4], 47e6, ext, LOC)
         gains.append(apart / together)
     assert gains[0] > gains[1] > gains[2] > 1.0
 
@@ -61,10 +61,12 @@ def test_vectorised_over_placements_and_sizes():
     assert out[1] == pytest.approx(comm_time_s([1, 1], [0, 1], 240e6, EXT, LOC))
 
 
-def test_rate_is_the_inverse_of_compute_plus_communication():
+def test_step_time_is_compute_plus_communication():
     thr = 21.56
-    assert ps_rate(thr, [4], [1], S, EXT, LOC) == pytest.approx(1 / (1 / thr + 2 * S * 4 / LOC))
-    assert step_time_s(0.5, [1, 1], [1, 1], S, EXT, LOC) == pytest.approx(0.5 + 2 * S / EXT + S / LOC)
+    assert step_time_s(thr, [4], [1], S, EXT, LOC) == pytest.approx(1 / thr + 2 * S * 4 / LOC)
+    assert step_time_s(2.0, [1, 1], [1, 1], S, EXT, LOC) == pytest.approx(0.5 + 2 * S / EXT + S / LOC)
+    both = step_time_s(np.array([2.0, 4.0]), [[1, 1], [1, 1]], [[1, 1], [1, 1]], S, EXT, LOC)
+    assert both[1] == pytest.approx(0.25 + 2 * S / EXT + S / LOC)
 
 
 @pytest.mark.parametrize(
@@ -87,11 +89,11 @@ def test_bad_input_is_named(workers, ps, size, ext, loc, message):
         comm_time_s(workers, ps, size, ext, loc)
 
 
-def test_bad_compute_time_and_bandwidth_keys():
-    with pytest.raises(ValueError, match="compute_s"):
+def test_bad_throughput_and_bandwidth_keys():
+    with pytest.raises(ValueError, match="throughput"):
         step_time_s(0.0, [1], [1], S, EXT, LOC)
     with pytest.raises(ValueError, match="throughput"):
-        ps_rate(-1.0, [1], [1], S, EXT, LOC)
+        step_time_s(float("inf"), [1], [1], S, EXT, LOC)
     with pytest.raises(ValueError, match="nic_gbps"):
         nic_bytes_per_s(-25)
     with pytest.raises(ValueError, match="local_gbytes_s"):
