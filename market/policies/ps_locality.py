@@ -30,7 +30,8 @@ Each round, over the active jobs:
    worker count lets them keep last round's GPUs first); a job that fits on no machine any more
    is dropped. This is the greedy form of "while a machine is over capacity, remove its job with
    the lowest z*·rate/W". Greedy refill: the unplaced jobs, in descending z* (ties: shorter
-   remaining time first, ours), take their best (highest-rate) configuration that fits.
+   remaining time first, ours), take their best configuration that fits: the one that does most
+   of the job in a round, then the fewest GPUs and cores (ours).
 5. Placement: workers on GPUs preferring last round's (no restart), PSs as CPU reservations.
 6. Best of R draws by the surrogate objective: the rounded round 0, then each job keeping its
    configuration until it finishes, freed capacity refilled as in step 4, scored by the LP's
@@ -207,10 +208,15 @@ class _Planner:
         L = params.round_duration_s
         self.work = L * self.cfg.rate / W[self.cfg.job] if len(self.cfg.job) else np.zeros(0)
         self.true_work = L * self.cfg.true_rate / W[self.cfg.job] if len(self.cfg.job) else np.zeros(0)
-        # configurations of each job, highest planned rate first (refill's "best feasible")
-        self.by_rate: list[list[int]] = [[] for _ in jobs]
-        for k in np.lexsort((np.arange(len(self.cfg.rate)), -self.cfg.rate)).tolist():
-            self.by_rate[int(self.cfg.job[k])].append(k)
+        # refill's "best feasible" configuration first: most of the job done in one round (a
+        # job that finishes within the round gains nothing from more GPUs), then fewest GPUs,
+        # fewest cores, highest planned rate [R]
+        n = len(self.cfg.job)
+        order = np.lexsort((np.arange(n), -self.cfg.rate, self.cfg.cpu.sum(axis=0), self.cfg.gpu.sum(axis=0),
+                            -np.minimum(self.work, 1.0))) if n else np.zeros(0, dtype=np.int64)
+        self.best_first: list[list[int]] = [[] for _ in jobs]
+        for k in order.tolist():
+            self.best_first[int(self.cfg.job[k])].append(k)
         self.lp_idx = np.flatnonzero(self.cfg.in_lp)
         jobs_lp = self.cfg.job[self.lp_idx]
         self.lp_start = np.searchsorted(jobs_lp, np.arange(len(jobs)), side="left")
@@ -248,7 +254,7 @@ class _Planner:
                 continue
             if not state.any_free_gpu():
                 return
-            for k in self.by_rate[j]:
+            for k in self.best_first[j]:
                 lay = int(self.cfg.layout[k])
                 if lay in failed:
                     continue
