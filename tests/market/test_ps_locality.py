@@ -163,6 +163,13 @@ def test_a_job_keeps_last_rounds_gpus(tacc):
     assert not any(jp.kept_gpus for jp in first.jobs.values())
 
 
+def test_jobs_that_finish_within_the_round_do_not_hoard_gpus():
+    # each needs seconds on one GPU (4 co-located GPUs would be ~3x faster, yet still one round)
+    jobs = [resnet18(i, steps=10.0 * (i + 1)) for i in range(5)]
+    plan = plan_ps_round(jobs, bench.cluster(3), PsParams(), np.random.default_rng(0))
+    assert plan.paused == () and all(jp.num_workers == 1 for jp in plan.jobs.values())
+
+
 def test_a_job_that_fits_nowhere_is_paused():
     job = PsJob(0, 1000.0, LM, {8: 199.28}, 8)
     plan = plan_ps_round([job, resnet18(1)], bench.cluster(1), PsParams(), np.random.default_rng(0))
