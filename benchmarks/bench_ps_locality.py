@@ -92,15 +92,16 @@ def _fields(params: PsParams) -> dict:
     return {name: getattr(params, name) for name in params.__dataclass_fields__}
 
 
-def timing(num_jobs: int, num_nodes: int, repeats: int, table: ThroughputTable, params: PsParams) -> np.ndarray:
-    times = []
+def timing(num_jobs: int, num_nodes: int, repeats: int, table: ThroughputTable, params: PsParams) -> tuple[np.ndarray, int]:
+    """Seconds per plan over ``repeats`` instances, and the LP's columns in the last one."""
+    times, columns = [], 0
     for seed in range(repeats):
         rng = np.random.default_rng(seed)
         jobs, nodes = random_jobs(rng, num_jobs, table), cluster(num_nodes)
         t0 = time.perf_counter()
-        plan_ps_round(jobs, nodes, params, rng)
+        columns = plan_ps_round(jobs, nodes, params, rng).lp_columns
         times.append(time.perf_counter() - t0)
-    return np.array(times)
+    return np.array(times), columns
 
 
 def main() -> None:
@@ -129,8 +130,8 @@ def main() -> None:
     plan_ps_round(*small_instance(0, table), params, np.random.default_rng(0))  # import cvxpy once
     print(f"seconds per round's plan ({args.repeats} instances):")
     for jobs, nodes in ((120, 8), (900, 64)):
-        t = timing(jobs, nodes, args.repeats, table, params)
-        print(f"  {jobs:4d} jobs on {4 * nodes:3d} GPUs: p50 {np.median(t):.3f} max {t.max():.3f}")
+        t, columns = timing(jobs, nodes, args.repeats, table, params)
+        print(f"  {jobs:4d} jobs on {4 * nodes:3d} GPUs: p50 {np.median(t):.3f} max {t.max():.3f} (LP columns {columns})")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 #: Model sizes in bytes (design note SEED_SYSTEMS, section 0, ours [R]).
-RESNET18, RESNET50, TRANSFORMER, LM, RECOMMENDATION = 47e6, 102e6, 240e6, 54e6, 40e6
+RESNET18, RESNET50, TRANSFORMER, LM, RECOMMENDATION = (
+    bench.MODEL_BYTES[m] for m in ("ResNet-18", "ResNet-50", "Transformer", "LM", "Recommendation")
+)
 SEEDS = range(50)
 
 
