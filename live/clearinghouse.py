@@ -560,7 +560,7 @@ class LiveClearinghouse(Clearinghouse):
     async def _choose(self, ctx: RoundContext) -> list[int]:
         """The policy runs in a worker thread, so the HTTP API and the bus keep serving during a
         long solve; the clearinghouse handles no other message meanwhile (actor semantics)."""
-        return await asyncio.to_thread(self.policy.select, ctx)
+        return await asyncio.to_thread(self._decide, ctx)
 
     def _round_failed(self, exc: Exception) -> dict[int, tuple[int, ...]]:
         """A live round whose policy or placement fails is skipped (logged); the next one retries."""
