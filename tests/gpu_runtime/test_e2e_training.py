@@ -58,15 +58,15 @@ def measure_start_up_s() -> float:
     return time.monotonic() - started
 
 
-def measure_static_steps_per_s(folder: Path, seconds: float = 3.0) -> float:
-    """The static job's training speed in steps per second, measured now on this machine under
-    its current load: its model, batch size and thread count on one rank, in a lease limited to
-    ``seconds`` of training (``SHOCKWAVE_MAX_SECONDS``, which starts at the first step, so
-    start-up does not count); the steps come from the lease's checkpoint."""
+def measure_static_steps_per_s(folder: Path, seconds: float = 3.0, job: dict | None = None) -> float:
+    """The static job's (or ``job``'s) training speed in steps per second, measured now on this
+    machine under its current load: its model, batch size and thread count on one rank, in a lease
+    limited to ``seconds`` of training (``SHOCKWAVE_MAX_SECONDS``, which starts at the first step,
+    so start-up does not count); the steps come from the lease's checkpoint."""
     from gpu_runtime.torch_runtime.checkpoint import load_latest
 
-    static = next(job for job in JOBS if job["name"] == "static")
-    ckpt = folder / "rate"
+    static = job or next(job for job in JOBS if job["name"] == "static")
+    ckpt = folder / f"rate-{static['model']}"
     lease = {"SHOCKWAVE_JOB_ID": "0", "SHOCKWAVE_MAX_SECONDS": str(seconds), "SHOCKWAVE_CHECKPOINT_DIR": str(ckpt)}
     proc = subprocess.run(
         [sys.executable, "-m", "gpu_runtime.torch_runtime.train", "--workload", static["model"],

@@ -83,14 +83,20 @@ def test_a_restart_longer_than_a_round_carries_over(tmp_path):
     assert r["jobs"][0]["rounds_run"] > 3
 
 
-def _burst(tmp_path, seed):
-    table = ThroughputTable.load(ROOT / "configs" / "data" / "tacc_throughputs.json")
-    path = tmp_path / f"burst_{seed}.trace"
-    write_trace(path, GeneratorSpec(seed=seed, **PATTERNS["burst"][0]), table)
-    return path
-
-
+PATTERNS_DIR = ROOT / "configs" / "data" / "patterns"
 BURST_SEEDS = (0, 1, 2, 3, 4)  # fixed before any run; every one is reported
+
+
+def _burst(tmp_path, seed):
+    return PATTERNS_DIR / f"burst_s{seed}.trace"
+
+
+@pytest.mark.parametrize("name, seed", [("burst", s) for s in BURST_SEEDS] + [("heavy", 0)])
+def test_the_shipped_patterns_are_what_the_generator_writes(tmp_path, name, seed):
+    table = ThroughputTable.load(ROOT / "configs" / "data" / "tacc_throughputs.json")
+    path = tmp_path / "x.trace"
+    write_trace(path, GeneratorSpec(seed=seed, **PATTERNS[name][0]), table)
+    assert path.read_text() == (PATTERNS_DIR / f"{name}_s{seed}.trace").read_text()
 
 
 @pytest.mark.slow
