@@ -60,7 +60,7 @@ from actors.kernel.messages import (
     SubmitJob,
 )
 from actors.records import TERMINAL, JobRecord, LeaseInfo
-from market.base import JobView, RoundContext, RoundPolicy
+from market.base import ElasticRoundPolicy, JobView, RoundContext, RoundPolicy
 from market.placement import place_gang_jobs
 from market.reasons import JobReason, explain_round
 from workloads.adaptation import WorkloadConfig
@@ -150,6 +150,8 @@ class Clearinghouse(Actor):
         elastic: ElasticRounds | None = None,
     ) -> None:
         super().__init__("clearinghouse", bus)
+        if elastic is None and isinstance(policy, ElasticRoundPolicy):
+            raise ValueError(f"the elastic policy {policy.name!r} needs the clearinghouse's elastic rounds (elastic=...)")
         self.restart_overhead_s = restart_overhead_s
         self.elastic = elastic
         self.workload = workload or WorkloadConfig()
