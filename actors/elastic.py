@@ -5,8 +5,10 @@ When the policy is an :class:`~market.base.ElasticRoundPolicy`, the clearinghous
 
 * fill the round's context: each job's GPU-count and batch-size options, the GPUs it held last
   round, the topology and the throughput table (:meth:`ElasticRounds.extend`);
-* turn the policy's counts into a placement on the fewest nodes and each job's lease terms
-  (:meth:`decide`, :meth:`place`; :func:`market.elastic.elastic_leases`);
+* turn the policy's counts (and its placement requests and throughputs, if any) into a
+  placement on the fewest nodes, with CPU reservations, and each job's lease terms
+  (:meth:`decide`, :meth:`place`; :func:`market.elastic.elastic_leases`; the last placement,
+  CPU cores per node included, is :attr:`ElasticRounds.placement`);
 * charge each job whose GPU set changed its stop/restart cost r_j (``JobView.restart_overhead_s``:
   ``[elastic] restart_overhead_s`` until a worker measured one): the lease carries the seconds
   left to pay (``restart_charge_s``), a cost longer than a round carries over to the next
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from market.base import ElasticRoundPolicy, RoundContext
 from market.elastic import ElasticConfig, ElasticLease, batch_size_options, elastic_leases, gpu_options
-from market.topology import ClusterConfig, Topology
+from market.topology import ClusterConfig, GangRequest, NodePlacement, Topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.ring import RingFit
@@ -67,7 +69,11 @@ class ElasticRounds:
                     self.table_batch_sizes[model].append(bs)
         self.counts: dict[int, int] = {}
         self.batch_size_requests: dict[int, int] = {}
+        self.gang_requests: dict[int, GangRequest] = {}
+        self.gang_throughputs: dict[int, float] = {}
         self.leases: dict[int, ElasticLease] = {}
+        #: the last round's placement: GPUs and the CPU cores each job holds per node
+        self.placement = NodePlacement()
         self.ctx: RoundContext | None = None
         #: job -> stop/restart seconds still to pay
         self.debt: dict[int, float] = {}
@@ -103,19 +109,21 @@ class ElasticRounds:
         """Run the policy; returns the jobs it gives GPUs to, in ``ctx.jobs`` order."""
         self.counts = {j: int(n) for j, n in policy.allocate(ctx).items()}
         self.batch_size_requests = dict(policy.batch_sizes()) if self.batch_size_changes else {}
+        self.gang_requests, self.gang_throughputs = dict(policy.gang_requests()), dict(policy.gang_throughputs())
         return [j for j in ctx.jobs if self.counts.get(j, 0) > 0]
 
     def place(self, ctx: RoundContext, servers: Sequence[Sequence[int]],
               previous: Mapping[int, Sequence[int]]) -> dict[int, tuple[int, ...]]:
         """Place the last decision (raises :class:`~market.placement.PlacementError` when it does not fit)."""
         topology = ctx.topology or self.topology(servers)
-        self.leases, placement = elastic_leases(self.counts, self.batch_size_requests, ctx, topology, previous, self.fits)
+        self.leases, self.placement = elastic_leases(self.counts, self.batch_size_requests, ctx, topology, previous,
+                                                     self.fits, self.gang_requests, self.gang_throughputs)
         self.ctx = ctx
         for job in [j for j in self.debt if j not in self.leases]:
             del self.debt[job]  # it stopped: its next start is a restart of its own
         self.placed_leases += len(self.leases)
         self.min_node_leases += sum(1 for lease in self.leases.values() if lease.nodes <= lease.min_nodes)
-        return dict(placement.gpus)
+        return dict(self.placement.gpus)
 
     def lease_terms(self, job_id: int, duration_s: float) -> dict[str, Any]:
         """The :class:`~actors.kernel.messages.Lease` fields of ``job_id`` in this round."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Mapping, Protocol, Sequenc
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from market.topology import Topology
+    from market.topology import GangRequest, Topology
 
 #: a throughput table lookup: (model, batch size, GPUs) -> steps/s of the gang, None when unknown
 ThroughputLookup = Callable[[str, int, int], "float | None"]
@@ -131,8 +131,17 @@ class ElasticRoundPolicy:
     (:func:`market.topology.place_on_nodes`; a job whose count is unchanged keeps its GPUs) and
     charges a stop/restart (``[elastic] restart_overhead_s``) to every job whose GPU set changes.
 
-    A policy that also sets batch sizes (ONES) returns them from :meth:`batch_sizes` after
-    ``allocate``: job id -> batch size, each one of ``ctx.batch_size_options[job]``.
+    After ``allocate``, the clearinghouse also reads (each default: none):
+
+    * :meth:`batch_sizes`: job id -> batch size, each one of ``ctx.batch_size_options[job]`` (ONES);
+    * :meth:`gang_requests`: job id -> :class:`market.topology.GangRequest` for jobs that need more
+      than GPUs on the fewest nodes: a pinned per-node shape (``gpus_on``), cores beside each
+      worker (``cpus_per_gpu``) and CPU reservations on given nodes (``cpus``, e.g. parameter
+      servers); its ``gpus`` must equal the job's count. The placement honours them and never
+      exceeds a node's GPUs or cores (``ctx.topology`` lists both);
+    * :meth:`gang_throughputs`: job id -> steps/s of the placed gang from the policy's own
+      step-time model (e.g. parameter servers with locality), replacing the table's value × the
+      ring placement penalty.
     """
 
     name: ClassVar[str] = "elastic"
@@ -142,4 +151,12 @@ class ElasticRoundPolicy:
 
     def batch_sizes(self) -> Mapping[int, int]:
         """Batch sizes chosen by the last :meth:`allocate` (none by default)."""
+        return {}
+
+    def gang_requests(self) -> Mapping[int, "GangRequest"]:
+        """Placement requests of the last :meth:`allocate` (none by default: fewest nodes)."""
+        return {}
+
+    def gang_throughputs(self) -> Mapping[int, float]:
+        """Steps/s per placed job from the policy's own model (none by default: table × ring penalty)."""
         return {}

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 from market.base import JobView, RoundContext, ThroughputLookup
 from market.placement import PlacementError
-from market.topology import GangRequest, NodePlacement, Topology, place_on_nodes
+from market.topology import GangRequest, NodePlacement, Topology, capacity_violations, place_on_nodes
 from workloads.adaptation import rescale_for_batch_size_change
 from workloads.models import SAMPLES_PER_EPOCH
 from workloads.ring import RingFit, placement_penalty
@@ -125,6 +125,8 @@ def elastic_leases(
     topology: Topology,
     previous: Mapping[int, Sequence[int]],
     fits: Mapping[str, RingFit],
+    requests: Mapping[int, GangRequest] | None = None,
+    throughputs: Mapping[int, float] | None = None,
 ) -> tuple[dict[int, ElasticLease], NodePlacement]:
     """Check, place and price an elastic policy's decision (module docstring).
 
@@ -135,6 +137,10 @@ def elastic_leases(
         topology: the cluster.
         previous: last round's placement, job -> GPU ids.
         fits: the calibrated rings by model (no entry: no placement penalty).
+        requests: job -> its placement request (a pinned shape, CPU reservations; the policy's
+            ``gang_requests``); others get GPUs on the fewest nodes.
+        throughputs: job -> steps/s from the policy's own model (``gang_throughputs``), replacing
+            the table's value × the ring penalty.
 
     Returns:
         (job -> :class:`ElasticLease` for every job with GPUs, the node placement).
@@ -148,7 +154,14 @@ def elastic_leases(
             raise ElasticAllocationError(f"job {job} may not run at batch size {bs}")
     position = {j: i for i, j in enumerate(ctx.jobs)}
     order = sorted(chosen, key=position.__getitem__)
-    placement = place_on_nodes([GangRequest(j, chosen[j]) for j in order], topology, previous)
+    requests, throughputs = requests or {}, throughputs or {}
+    for job, req in requests.items():
+        if job in chosen and (req.job_id != job or req.gpus != chosen[job]):
+            raise ElasticAllocationError(f"job {job}: its placement request asks {req.gpus} GPUs, its count is {chosen[job]}")
+    placement = place_on_nodes([requests.get(j) or GangRequest(j, chosen[j]) for j in order], topology, previous)
+    problems = capacity_violations(placement, topology)
+    if problems:  # place_on_nodes never does this; a check that costs O(GPUs)
+        raise PlacementError("; ".join(problems))
     leases: dict[int, ElasticLease] = {}
     for job in order:
         view, n, gpus = ctx.jobs[job], chosen[job], placement.gpus[job]
@@ -160,8 +173,11 @@ def elastic_leases(
         nodes, fewest = topology.nodes_spanned(gpus), topology.min_nodes(n)
         scale = topology.ring_bandwidth(fewest) / topology.ring_bandwidth(nodes)
         penalty = placement_penalty(fits.get(view.model), 1.0 / packed, n, scale)
+        own = throughputs.get(job)
+        if own is not None and not own > 0:
+            raise ElasticAllocationError(f"job {job}: the policy's throughput {own!r} is not positive")
         leases[job] = ElasticLease(
-            gpus=gpus, throughput=packed * penalty, penalty=penalty, batch_size=bs, total_steps=total,
+            gpus=gpus, throughput=own if own is not None else packed * penalty, penalty=1.0 if own is not None else penalty, batch_size=bs, total_steps=total,
             steps_done=done, restart=set(gpus) != set(previous.get(job, ())), nodes=nodes, min_nodes=fewest,
         )
     return leases, placement

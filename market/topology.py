@@ -204,11 +204,12 @@ def place_on_nodes(
 
     1. A job whose previous GPUs are all free, as many as it asks now (and in its pinned shape,
        if any), keeps them, so it pays no restart.
-    2. The others, largest first (stable in the order given): a gang that fits on one node goes
+    2. The others, pinned shapes first, then largest first (stable in the order given): a
+       pinned shape takes its GPUs on the nodes named; a gang that fits on one node goes
        to the node with the fewest usable GPUs that still holds it (best fit); a larger one takes
-       the nodes with the most usable GPUs until it is complete (fewest nodes). A pinned shape
-       takes its GPUs on the nodes named. On a node, the job's previous GPUs come first, then
-       the lowest ids. "Usable" counts only GPUs whose ``cpus_per_gpu`` cores are free too.
+       the nodes with the most usable GPUs until it is complete (fewest nodes). On a node, the
+       job's previous GPUs come first, then the lowest ids. "Usable" counts only GPUs whose
+       ``cpus_per_gpu`` cores are free too.
     3. Each job holds ``cpus_per_gpu`` cores per GPU on each of its nodes plus its ``cpus``.
 
     Raises:
@@ -260,8 +261,8 @@ def place_on_nodes(
             take(req, list(prev), need)
         else:
             pending.append(req)
-    # 2. the others, largest first
-    for req in sorted(pending, key=lambda r: -r.gpus):
+    # 2. the others: pinned shapes first (they have no choice), then the largest gangs first
+    for req in sorted(pending, key=lambda r: (r.gpus_on is None, -r.gpus)):
         prev = set(previous.get(req.job_id, ()))
 
         def pick(node: int, k: int) -> list[int]:

@@ -158,3 +158,33 @@ def test_ones_prefers_keeping_counts_when_restarts_are_expensive():
     last = {0: 2, 1: 2, 2: 2, 3: 2}
     counts = OnesPolicy(seed=0).allocate(context(views, 8, last=last))
     assert counts == last
+
+
+def test_a_policy_can_pin_shapes_reserve_cpus_and_price_its_own_gangs():
+    """The hooks a parameter-server policy uses: gang_requests (shape, worker and PS cores) and
+    gang_throughputs (its own step-time model) go through elastic_leases into the placement."""
+    from configs.loader import load_config
+    from market.elastic import elastic_leases
+    from market.placement import PlacementError
+    from market.topology import ClusterConfig, GangRequest, Topology
+    from workloads.ring import calibrate_ring
+
+    topo = Topology.uniform(8, ClusterConfig(gpus_per_node=4, cpus_per_node=16))
+    views = [view(0), view(1)]
+    ctx = context(views, 8)
+    ctx.topology = topo
+    requests = {0: GangRequest(0, 2, cpus_per_gpu=2, cpus={1: 8}, gpus_on={0: 1, 1: 1})}
+    fits = calibrate_ring(TACC, load_config().model_sizes(), 5e-6)
+    leases, placement = elastic_leases({0: 2, 1: 4}, {}, ctx, topo, {}, fits, requests, {0: 7.5})
+    assert sorted(topo.node_of(g) for g in placement.gpus[0]) == [0, 1]
+    assert placement.cpus[0] == {0: 2, 1: 10}  # a worker's 2 cores on each node + 8 PS cores on node 1
+    assert leases[0].throughput == 7.5 and leases[0].penalty == 1.0
+    # the pinned gang fragments both nodes: the 4-GPU ring spans two and pays the placement penalty
+    assert (leases[1].nodes, leases[1].min_nodes) == (2, 1) and 0 < leases[1].penalty < 1
+    assert leases[1].throughput == pytest.approx(TACC.throughput("ResNet-18", 32, 4) * leases[1].penalty)
+    with pytest.raises(ElasticAllocationError, match="asks 3 GPUs"):
+        elastic_leases({0: 2}, {}, ctx, topo, {}, {}, {0: GangRequest(0, 3)})
+    with pytest.raises(PlacementError, match="job 0"):
+        elastic_leases({0: 1}, {}, ctx, topo, {}, {}, {0: GangRequest(0, 1, cpus={0: 17})})
+    with pytest.raises(ElasticAllocationError, match="not positive"):
+        elastic_leases({0: 1}, {}, ctx, topo, {}, {}, {}, {0: 0.0})
