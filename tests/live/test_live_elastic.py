@@ -22,50 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu_runtime.test_e2e_training import _events, measure_start_up_s, measure_static_steps_per_s, timings
-from tests.live.live_helpers import ROOT, call, env, start_serve, stop, wait_for
+from tests.gpu_runtime.test_e2e_training import (
+    _events, _worker, measure_start_up_s, measure_static_steps_per_s, timings, torch_cluster_config,
+)
+from tests.live.live_helpers import ROOT, call, completed_jobs, dump_logs, start_serve, stop, wait_for
 
 torch = pytest.importorskip("torch")
 
 LM = {"model": "LM", "batch_size": 20, "scale_factor": 1, "mode": "static", "command": "--width 16 --dataset-size 200"}
-
-
-def _config(folder: Path, t: dict[str, float]) -> Path:
-    text = f"""
-[rounds]
-round_duration_s = {t["round_s"]}
-round_mode = "timer"
-
-[elastic]
-restart_overhead_s = {t["start_up_s"]}
-
-[ring_doubling]
-resize_interval_s = 0.0
-
-[live]
-host = "127.0.0.1"
-port = 0
-database = "{folder / 'state.db'}"
-policy = "ring_doubling"
-throughputs = "{ROOT / 'configs' / 'data' / 'tacc_throughputs.json'}"
-heartbeat_interval_s = 0.5
-heartbeat_timeout_s = {t["heartbeat_timeout_s"]}
-lease_grace_s = {t["grace_s"]}
-reconnect_initial_s = 0.1
-reconnect_max_s = 0.5
-
-[torch]
-checkpoint_root = "{folder / 'ckpt'}"
-device = "cpu"
-threads_per_rank = 1
-grace_s = 20.0
-advertise_host = "127.0.0.1"
-report_interval_s = 0.5
-join_timeout_s = {t["join_timeout_s"]}
-"""
-    path = folder / "cluster.toml"
-    path.write_text(text)
-    return path
 
 
 @pytest.mark.slow
@@ -76,16 +40,16 @@ def test_a_resize_is_a_checkpoint_and_a_relaunch_with_the_new_world_size(tmp_pat
     rate = measure_static_steps_per_s(tmp_path, job=LM)  # job steps/s on one rank
     big = dict(LM, name="A", total_steps=max(400, math.ceil(3.0 * rate * t["round_s"])))
     small = dict(LM, name="B", total_steps=max(40, math.ceil(0.3 * rate * t["round_s"])))
-    config = _config(tmp_path, t)
+    sections = f"[elastic]\nrestart_overhead_s = {t['start_up_s']}\n\n[ring_doubling]\nresize_interval_s = 0.0\n"
+    config = torch_cluster_config(tmp_path, t, policy="ring_doubling", sections=sections, live_extra="", torch_extra="",
+                                  throughputs=str(ROOT / "configs" / "data" / "tacc_throughputs.json"))
     serve_log, worker_log = tmp_path / "serve.log", tmp_path / "worker.log"
     procs: list[subprocess.Popen] = []
     started = time.monotonic()
     try:
         serve, url = start_serve(config, serve_log)
         procs.append(serve)
-        cmd = [sys.executable, "-m", "cli.main", "worker", "--config", str(config), "--gpus", "2", "--name", "w1",
-               "--server", url, "--backend", "torch", "--log-level", "info"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=worker_log.open("ab"), env=env(), cwd=ROOT))
+        procs.append(_worker(config, url, "w1", worker_log))
         wait_for(lambda: call(url + "/v1/cluster")[1]["num_gpus"] == 2, 60, what="2 slots registered")
         status, body = call(url + "/v1/jobs", "POST", json.dumps(big).encode())
         assert status == 201, body
@@ -93,18 +57,10 @@ def test_a_resize_is_a_checkpoint_and_a_relaunch_with_the_new_world_size(tmp_pat
         wait_for(lambda: len(call(f"{url}/v1/jobs/{a}")[1]["gpu_ids"]) == 2, t["deadline_s"], what="A doubled to 2 slots")
         status, body = call(url + "/v1/jobs", "POST", json.dumps(small).encode())
         assert status == 201, body
-
-        def all_done():
-            jobs = call(url + "/v1/jobs")[1]["jobs"]
-            assert not [j for j in jobs if j["state"] in ("failed", "cancelled")], jobs
-            return jobs if all(j["state"] == "completed" for j in jobs) else None
-
-        jobs = wait_for(all_done, t["deadline_s"], interval_s=1.0, what="both jobs completed")
+        jobs = wait_for(lambda: completed_jobs(url), t["deadline_s"], interval_s=1.0, what="both jobs completed")
         elapsed = time.monotonic() - started
     except BaseException:
-        for log in (serve_log, worker_log):
-            if log.exists():
-                sys.stderr.write(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}\n")
+        dump_logs(serve_log, worker_log)
         raise
     finally:
         for p in reversed(procs):
