@@ -370,7 +370,7 @@ class Clearinghouse(Actor):
         try:
             chosen = await self._choose(ctx)
             if self.elastic is not None:
-                placement = self.elastic.place(ctx, self._placement_servers(), self.previous)
+                placement = self.elastic.place(ctx, self.servers, self.previous)  # nodes, whatever the live spread
             else:
                 placement = place_gang_jobs(
                     [(j, jobs[j].scale_factor) for j in chosen if j in jobs], self._placement_servers(), self.previous
@@ -499,7 +499,7 @@ class Clearinghouse(Actor):
             last_round=dict(self.last_round),
         )
         if self.elastic is not None:
-            self.elastic.extend(ctx, self._placement_servers(), self.previous)
+            self.elastic.extend(ctx, self.servers, self.previous)
         return ctx
 
     async def _predict(self, ctx: RoundContext) -> None:

@@ -170,8 +170,8 @@ class RingDoublingPolicy(ElasticRoundPolicy):
 
         options = {j: ctx.gpu_options[j] for j in ctx.jobs if ctx.gpu_options.get(j)}
         due = self.last_pass_s is None or ctx.now_s - self.last_pass_s >= self.config.resize_interval_s - 1e-9
-        if not due and any(n not in options.get(j, ()) for j, n in last.items()):
-            due = True  # a running job's count is no longer allowed (a batch-size change): re-plan
+        if not due and (any(n not in options.get(j, ()) for j, n in last.items()) or sum(last.values()) > ctx.num_gpus):
+            due = True  # a running count is no longer allowed (a batch-size change) or GPUs were lost: re-plan
         if not due:
             self.stats["fills"] += 1
             queued = sorted((j for j in options if j not in last), key=admission_key)

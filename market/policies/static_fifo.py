@@ -23,12 +23,13 @@ class StaticFifoPolicy(ElasticRoundPolicy):
         self.stats: dict[str, Any] = {"started": 0}
 
     def allocate(self, ctx: RoundContext) -> dict[int, int]:
-        """Running jobs keep their requested count; then queued jobs in arrival order while the
-        head of the queue fits. Returns job id -> GPUs."""
+        """Running jobs keep their requested count (in arrival order while they fit: after a loss
+        of GPUs the latest ones wait); then queued jobs in arrival order while the head of the
+        queue fits. Returns job id -> GPUs."""
         counts: dict[int, int] = {}
         free = ctx.num_gpus
         for job, view in ctx.jobs.items():
-            if ctx.gpu_counts.get(job, 0) > 0:
+            if ctx.gpu_counts.get(job, 0) > 0 and view.scale_factor <= free:
                 counts[job] = view.scale_factor
                 free -= view.scale_factor
         for job, view in ctx.jobs.items():

@@ -188,3 +188,13 @@ def test_a_policy_can_pin_shapes_reserve_cpus_and_price_its_own_gangs():
         elastic_leases({0: 1}, {}, ctx, topo, {}, {}, {0: GangRequest(0, 1, cpus={0: 17})})
     with pytest.raises(ElasticAllocationError, match="not positive"):
         elastic_leases({0: 1}, {}, ctx, topo, {}, {}, {}, {0: 0.0})
+
+
+def test_after_a_loss_of_gpus_running_jobs_are_cut_to_the_cluster():
+    views = [view(0, sf=4), view(1, sf=4), view(2, sf=2)]
+    last = {0: 4, 1: 4, 2: 2}
+    assert StaticFifoPolicy().allocate(context(views, 6, last=last)) == {0: 4, 2: 2}
+    policy = RingDoublingPolicy()
+    policy.allocate(context(views, 10, last=last))
+    counts = policy.allocate(context(views, 6, now=120.0, last=last))  # between passes, 4 GPUs lost
+    assert sum(counts.values()) <= 6 and policy.stats["passes"] == 2
