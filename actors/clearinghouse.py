@@ -29,6 +29,10 @@ API's read model (live) are projections of it.
 
 Restart overhead is charged by the back end (the lease says whether the job ran in the previous
 round, ``restart``); the policies see its cost per job (``JobView.restart_overhead_s``).
+
+Elastic policies (:class:`~market.base.ElasticRoundPolicy`) give each job a GPU count; with
+them the round step takes its context, placement and lease terms from
+:class:`actors.elastic.ElasticRounds` (nodes, resizes, stop/restart charges, per-job restarts).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from actors.elastic import ElasticRounds
 from actors.job import JobActor, Resume
 from actors.kernel.actor import Actor, handles
 from actors.kernel.messages import (
@@ -55,7 +60,7 @@ from actors.kernel.messages import (
     SubmitJob,
 )
 from actors.records import TERMINAL, JobRecord, LeaseInfo
-from market.base import JobView, RoundContext, RoundPolicy
+from market.base import ElasticRoundPolicy, JobView, RoundContext, RoundPolicy
 from market.placement import place_gang_jobs
 from market.reasons import JobReason, explain_round
 from workloads.adaptation import WorkloadConfig
@@ -117,6 +122,7 @@ class Clearinghouse(Actor):
         workload: workload-model knobs (progress rounding at batch-size changes).
         restart_overhead_s: a job's restart cost until its back end measured one (the emulation's
             charge, ``[emulation] restart_overhead_s``); policies read it as ``JobView.restart_overhead_s``.
+        elastic: the elastic-round state (required when ``policy`` is an ElasticRoundPolicy).
     """
 
     #: seconds to wait for the predictor's answer (None: no limit; simulation)
@@ -142,9 +148,13 @@ class Clearinghouse(Actor):
         on_round: Callable[[int, float, int, int | None], None] | None = None,
         workload: WorkloadConfig | None = None,
         restart_overhead_s: float = 0.0,
+        elastic: ElasticRounds | None = None,
     ) -> None:
         super().__init__("clearinghouse", bus)
+        if elastic is None and isinstance(policy, ElasticRoundPolicy):
+            raise ValueError(f"the elastic policy {policy.name!r} needs the clearinghouse's elastic rounds (elastic=...)")
         self.restart_overhead_s = restart_overhead_s
+        self.elastic = elastic
         self.workload = workload or WorkloadConfig()
         self.policy = policy
         self.servers = [list(s) for s in servers]
@@ -294,6 +304,7 @@ class Clearinghouse(Actor):
                 record.startup_s = msg.startup_s
             if msg.shutdown_s is not None:
                 record.shutdown_s = msg.shutdown_s
+            record.restart_s += msg.restart_s
             record.throughput = msg.throughput
             record.total_steps = msg.total_steps
             record.steps_done = msg.steps_done
@@ -360,9 +371,12 @@ class Clearinghouse(Actor):
         chosen: list[int] = []
         try:
             chosen = await self._choose(ctx)
-            placement = place_gang_jobs(
-                [(j, jobs[j].scale_factor) for j in chosen if j in jobs], self._placement_servers(), self.previous
-            )
+            if self.elastic is not None:
+                placement = self.elastic.place(ctx, self.servers, self.previous)  # nodes, whatever the live spread
+            else:
+                placement = place_gang_jobs(
+                    [(j, jobs[j].scale_factor) for j in chosen if j in jobs], self._placement_servers(), self.previous
+                )
         except Exception as exc:  # noqa: BLE001 - the seam decides: end the run or skip the round
             placement = self._round_failed(exc)
         policy_wall = time.perf_counter() - started
@@ -413,6 +427,12 @@ class Clearinghouse(Actor):
 
     async def _choose(self, ctx: RoundContext) -> list[int]:
         """The policy's choice. Synchronous in simulation: the virtual clock cannot move meanwhile."""
+        return self._decide(ctx)
+
+    def _decide(self, ctx: RoundContext) -> list[int]:
+        """Run the policy: the jobs it chooses (an elastic policy's counts stay in ``self.elastic``)."""
+        if self.elastic is not None:
+            return self.elastic.decide(self.policy, ctx)  # type: ignore[arg-type]
         return self.policy.select(ctx)
 
     def _round_failed(self, exc: Exception) -> dict[int, tuple[int, ...]]:
@@ -467,7 +487,7 @@ class Clearinghouse(Actor):
 
     def _round_context(self, now: float, jobs: Mapping[int, JobView]) -> RoundContext:
         """The policy's view of this boundary: ``jobs`` and the events since the last one."""
-        return RoundContext(
+        ctx = RoundContext(
             round_index=self.round_index,
             now_s=now,
             round_duration_s=self.config.round_duration_s,
@@ -480,6 +500,9 @@ class Clearinghouse(Actor):
             lost_gpus=self.lost_gpus_pending,
             last_round=dict(self.last_round),
         )
+        if self.elastic is not None:
+            self.elastic.extend(ctx, self.servers, self.previous)
+        return ctx
 
     async def _predict(self, ctx: RoundContext) -> None:
         """Fill ``ctx.predictions`` from the predictor actor (policies that use them)."""
@@ -548,6 +571,9 @@ class Clearinghouse(Actor):
                 restart=self.round_index >= 1 and job_id not in self.previous,
                 command=record.spec.command,
             )
+            if self.elastic is not None:  # the elastic round's count, batch size and restart charge
+                lease = replace_spec(lease, **self.elastic.lease_terms(job_id, duration))
+                record.restarts += lease.restart
             record.state = "running"
             record.gpu_ids = tuple(gpus)
             self._lease_issued(lease)

@@ -25,6 +25,14 @@ Rules (docs/reference.md §2.4, §3.5):
 * :class:`LeaseProgress` of a running lease (real back ends) is logged (batch-size changes)
   and forwarded to the clearinghouse at once; the EMA takes the lease's measured steps/s when
   the lease reports.
+
+Elastic rounds (docs/seed_systems.md §0): a lease may hold another GPU count than the job's scale
+factor (``len(gpu_ids)``). Its steps count as they are (throughput is at the global batch size);
+toward the completion cap it counts the seconds those steps take at the requested scale factor,
+so a job on fewer GPUs is not declared complete early. A lease that started at another batch
+size than the job's (a policy set it, ONES) first rescales the job to it, keeping the samples
+processed (``proportional``: a scheduler's change never credits an unfinished epoch). The
+lease's stop/restart seconds (``restart_s``) are passed on.
 """
 
 from __future__ import annotations
@@ -127,6 +135,8 @@ class JobActor(Actor):
             self.batch_size, self.throughput = resume.batch_size, resume.throughput
             self.run_time_s, self.failures = resume.run_time_s, resume.failures
             self.applied_leases.update(resume.applied_leases)
+        #: seconds counted toward the completion cap (run time at the requested scale factor)
+        self.cap_run_s = self.run_time_s
         self.cap_s: int | None = None
         if isolated_runtime_s is not None and completion_cap_factor is not None:
             self.cap_s = int(isolated_runtime_s * completion_cap_factor)
@@ -138,7 +148,7 @@ class JobActor(Actor):
         spec = self.spec
         return -(-job_samples_per_epoch(spec.model, spec.batch_size, spec.total_steps) // self.batch_size)
 
-    def _change_batch_size(self, new_bs: int, *, applied: bool = False) -> tuple[int, int] | None:
+    def _change_batch_size(self, new_bs: int, *, applied: bool = False, rounding: str | None = None) -> tuple[int, int] | None:
         table, model, sf = self.throughputs, self.spec.model, self.spec.scale_factor
         if applied:  # the trainer changed it and rescaled its total itself (its checkpoint)
             old = self.batch_size
@@ -158,7 +168,7 @@ class JobActor(Actor):
         old = self.batch_size
         if model in SAMPLES_PER_EPOCH:
             self.total_steps, self.steps_done = rescale_for_batch_size_change(
-                self.total_steps, self.steps_done, model, old, new_bs, self.progress_rounding
+                self.total_steps, self.steps_done, model, old, new_bs, rounding or self.progress_rounding
             )
         self.batch_size = new_bs
         self.throughput = new_throughput
@@ -172,6 +182,10 @@ class JobActor(Actor):
             self.log.warning("duplicate_lease_report", lease_id=report.lease_id)
             return
         self.applied_leases.add(report.lease_id)
+        policy_change = None
+        if report.job_steps is None and report.batch_size != self.batch_size and not report.failed:
+            # the policy set the lease's batch size (elastic rounds): the lease ran at it
+            policy_change = self._change_batch_size(report.batch_size, rounding="proportional")
         lease_bs = self.batch_size
         measured = report.steps / report.execution_s if report.execution_s > 0 else 0.0
         failed = False
@@ -184,12 +198,16 @@ class JobActor(Actor):
         else:
             self.failures = 0
             self.run_time_s += report.execution_s
+            if len(report.gpu_ids) != self.spec.scale_factor and self.throughputs is not None and self.throughput > 0:
+                self.cap_run_s += report.steps / self.throughput  # at the requested scale factor
+            else:
+                self.cap_run_s += report.execution_s
             self.steps_done += report.steps
             if report.job_steps is not None:
                 self.steps_done = report.job_steps
             if report.total_steps is not None:
                 self.total_steps = report.total_steps
-            over_cap = self.cap_s is not None and self.run_time_s > self.cap_s
+            over_cap = self.cap_s is not None and self.cap_run_s > self.cap_s
             self.completed = self.steps_done >= self.total_steps or over_cap
             if self.throughputs is None and measured > 0:
                 self.throughput = EMA_ALPHA * measured + (1 - EMA_ALPHA) * self.throughput
@@ -206,7 +224,9 @@ class JobActor(Actor):
         if report.batch_size_changes is not None:
             changes = report.batch_size_changes  # the trainer's own count (it may change several times)
         else:
-            changes = 1 if change is not None else 0
+            changes = (change is not None) + (policy_change is not None)
+            if change is None and policy_change is not None:
+                change = policy_change
         progress = JobProgress(
             src=self.address,
             job_id=self.job_id,
@@ -227,6 +247,7 @@ class JobActor(Actor):
             batch_size_changes=changes,
             startup_s=report.startup_s,
             shutdown_s=report.shutdown_s,
+            restart_s=report.restart_s,
             completed=self.completed,
             failed=failed,
             lease_failed=report.failed,

@@ -28,7 +28,9 @@ class JobRecord:
     ``failures`` counts failed leases in a row; ``gpu_ids`` is its current lease's gang (empty
     when it holds none); ``batch_size_changes`` counts the changes its trainer made;
     ``startup_s``/``shutdown_s`` are its last measured restart phases (real back ends:
-    :class:`gpu_runtime.backend.LeaseOutcome`; None until measured).
+    :class:`gpu_runtime.backend.LeaseOutcome`; None until measured); elastic rounds count its
+    ``restarts`` (leases on another GPU set than the previous round's) and the ``restart_s`` the
+    emulation charged for them.
     """
 
     job_id: int
@@ -50,6 +52,8 @@ class JobRecord:
     gpu_ids: tuple[int, ...] = ()
     startup_s: float | None = None
     shutdown_s: float | None = None
+    restarts: int = 0
+    restart_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.total_steps = self.total_steps or self.spec.total_steps
@@ -67,10 +71,10 @@ class JobRecord:
         return (self.startup_s or 0.0) + (self.shutdown_s or 0.0)
 
     def restart_overhead_s(self, estimate_s: float, cap_s: float = math.inf) -> float:
-        """Seconds a (re)start of this job costs: the measured figure, else ``estimate_s`` (the
-        emulation's charge), at most ``cap_s`` (a measurement is a worker's claim)."""
+        """Seconds a (re)start of this job costs: the measured figure, at most ``cap_s`` (a
+        measurement is a worker's claim), else ``estimate_s`` (the emulation's charge)."""
         measured = self.measured_restart_overhead_s()
-        return min(estimate_s if measured is None else measured, cap_s)
+        return estimate_s if measured is None else min(measured, cap_s)
 
     def view(self, restart_estimate_s: float = 0.0, restart_cap_s: float = math.inf) -> JobView:
         """The policy's view of this job (restart cost: see :meth:`restart_overhead_s`)."""

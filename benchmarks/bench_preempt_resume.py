@@ -15,7 +15,11 @@ steps, preempt it (SIGTERM), relaunch it from its checkpoint, and print
   in training time, besides the steps that would have run meanwhile.
 
 Launch modes: ``direct`` (one rank, the training module itself, the default of the torch back
-end), ``torchrun`` (one rank under torchrun) and ``torchrun2`` (a two-rank gang).
+end), ``torchrun`` (one rank under torchrun) and ``torchrun2`` (a two-rank gang). Resizes (an
+elastic policy changes the job's GPU count, docs/seed_systems.md §0): ``grow1to2`` (one rank, direct, then a
+two-rank gang under torchrun from its checkpoint) and ``shrink2to1`` (the reverse), as the torch
+back end runs them; ``total`` is then the real cost of a resize, to set beside the simulated
+``[elastic] restart_overhead_s``.
 
 Usage::
 
@@ -53,7 +57,9 @@ SMALL = {
     "LM": ["--width", "16", "--dataset-size", "200"],
     "Recommendation": ["--width", "8", "--dataset-size", "8192"],
 }
-MODES = {"direct": (1, True), "torchrun": (1, False), "torchrun2": (2, False)}
+#: mode -> (ranks before, ranks after, direct: True / False / None = one rank runs direct)
+MODES = {"direct": (1, 1, True), "torchrun": (1, 1, False), "torchrun2": (2, 2, False),
+         "grow1to2": (1, 2, None), "shrink2to1": (2, 1, None)}
 PHASES = ("ckpt", "exit", "spawn", "import", "build", "resume", "step", "total")
 
 
@@ -74,11 +80,10 @@ async def one_cycle(workload: str, mode: str, small: bool, workdir: Path) -> dic
     train_args = ["--workload", workload, *ARGS[workload], *(SMALL[workload] if small else []),
                   "--total-steps", "10000000"]
     common = dict(job_id=1, checkpoint_dir=str(workdir / "ckpt"), progress_file=str(progress), report_interval=0.0)
-    ranks, direct = MODES[mode]
-    placement = Placement(nproc_per_node=ranks)
+    ranks, ranks_after, direct = MODES[mode]
     log = open(workdir / "lease.log", "ab")
     try:
-        first = LeaseProcess(LeaseSpec(lease_id="a", **common), placement, train_args, base_env=env,
+        first = LeaseProcess(LeaseSpec(lease_id="a", **common), Placement(nproc_per_node=ranks), train_args, base_env=env,
                              stdout=log, stderr=log, cwd=str(REPO), direct=direct, grace=120)
         await first.start()
         await _first_progress(progress, "a", 5)
@@ -87,7 +92,8 @@ async def one_cycle(workload: str, mode: str, small: bool, workdir: Path) -> dic
             raise RuntimeError(f"{workload}: expected a clean preemption, got {out}")
         ended = out.report
         assert isinstance(ended, LeaseEnded) and first.stop_requested_at and first.exited_at
-        second = LeaseProcess(LeaseSpec(lease_id="b", **common), placement, train_args, base_env=env,
+        second = LeaseProcess(LeaseSpec(lease_id="b", **common), Placement(nproc_per_node=ranks_after), train_args,
+                              base_env=env,
                               stdout=log, stderr=log, cwd=str(REPO), direct=direct, grace=120)
         await second.start()
         p = await _first_progress(progress, "b", 1)

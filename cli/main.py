@@ -38,7 +38,12 @@ def _simulate_parser(sub) -> None:
 
 
 def summary_rows(results: dict) -> list[tuple[str, str]]:
-    """(metric, value) rows of the summary table."""
+    """(metric, value) rows of the summary table (elastic policies: restarts and node share too)."""
+    elastic = []
+    if "restarts_per_job" in results:
+        share = results.get("min_nodes_share")
+        elastic = [("restarts / job", f"{results['restarts_per_job']:.2f} ({results['restart_s_total']:,.0f} s in all)"),
+                   ("leases on fewest nodes", "—" if share is None else f"{100 * share:.1f} %")]
     return [
         ("policy", results["policy"]),
         ("jobs / GPUs", f"{results['num_jobs']} / {results['num_gpus']}"),
@@ -50,6 +55,7 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
         ("unfair (ρ > 1.1)", f"{100 * results['unfair_fraction_1_1']:.1f} %"),
         ("GPU utilization", f"{100 * results['gpu_utilization']:.1f} %"),
         ("rounds", str(results["num_rounds"])),
+        *elastic,
         ("policy time / round", f"{1000 * results['policy_wall_s_per_round_p50']:.2f} ms p50, "
          f"{1000 * results['policy_wall_s_per_round_max']:.1f} ms max"),
         ("wall time", f"{results['wall_time_s']:.2f} s"),

@@ -13,6 +13,10 @@ section            owner
 ``[shockwave]``    :class:`market.shockwave.ShockwaveConfig`
 ``[predictor]``    :class:`predictor.PredictorConfig`
 ``[workload]``     :class:`workloads.adaptation.WorkloadConfig`
+``[cluster]``      :class:`market.topology.ClusterConfig` (nodes, cores, bandwidths, model sizes)
+``[elastic]``      :class:`market.elastic.ElasticConfig` (elastic policies: restart cost, GPU counts)
+``[ring_doubling]`` :class:`market.policies.ring_doubling.RingDoublingConfig`
+``[ones]``         :class:`market.policies.ones.OnesConfig`
 ``[live]``         :class:`configs.live.LiveConfig` (``serve``/``worker``)
 ``[torch]``        :class:`gpu_runtime.torch_config.TorchBackendConfig` (``worker --backend torch``)
 =================  =========================================================
@@ -77,8 +81,12 @@ def _owners() -> dict[str, type]:
     from configs.live import LiveConfig
     from gpu_runtime.emulated import EmulationConfig
     from gpu_runtime.torch_config import TorchBackendConfig
+    from market.elastic import ElasticConfig
     from market.gavel import GavelConfig
+    from market.policies.ones import OnesConfig
+    from market.policies.ring_doubling import RingDoublingConfig
     from market.shockwave import ShockwaveConfig
+    from market.topology import ClusterConfig
     from predictor import PredictorConfig
     from workloads.adaptation import WorkloadConfig
 
@@ -89,6 +97,10 @@ def _owners() -> dict[str, type]:
         "shockwave": ShockwaveConfig,
         "predictor": PredictorConfig,
         "workload": WorkloadConfig,
+        "cluster": ClusterConfig,
+        "elastic": ElasticConfig,
+        "ring_doubling": RingDoublingConfig,
+        "ones": OnesConfig,
         "live": LiveConfig,
         "torch": TorchBackendConfig,
     }
@@ -129,6 +141,10 @@ class RunConfig:
     predictor: Any
     base_dir: Path
     workload: Any = None
+    cluster: Any = None
+    elastic: Any = None
+    ring_doubling: Any = None
+    ones: Any = None
     live: Any = None
     torch: Any = None
 
@@ -145,15 +161,28 @@ class RunConfig:
         Raises:
             market.registry.UnknownPolicyError: unknown name.
         """
-        from market.registry import build_policy, uses_predictor
+        from market.registry import ELASTIC_POLICIES, build_policy, uses_predictor
 
         options: dict[str, Any] = {}
-        if uses_predictor(name):
+        if name in ELASTIC_POLICIES:
+            section = ELASTIC_POLICIES[name][2]
+            options = {"config": getattr(self, section) if section else None, "seed": self.simulation.seed if seed is None else seed}
+        elif uses_predictor(name):
             changes: dict[str, Any] = {"live": live}
             if seed is not None:
                 changes["seed"] = seed
             options["config"] = dataclasses.replace(self.shockwave, **changes)
         return build_policy(name, gavel=self.gavel, options=options)
+
+    def model_sizes(self) -> dict[str, float]:
+        """The ``[cluster] model_sizes`` file's sizes, bytes per model (:func:`workloads.model_sizes.load_model_sizes`).
+
+        Raises:
+            InputError: the file is missing or bad.
+        """
+        from workloads.model_sizes import load_model_sizes
+
+        return dict(load_model_sizes(self.path(self.cluster.model_sizes)))
 
     def as_dict(self) -> dict:
         out = {"simulation": msgspec.to_builtins(self.simulation)}

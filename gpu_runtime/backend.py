@@ -47,7 +47,12 @@ class LeaseRequest(msgspec.Struct, frozen=True, kw_only=True):
         initial_batch_size: the batch size the job was submitted with; batch_size: the current one.
         throughput: steps/s of the whole gang at ``batch_size`` (the oracle table; 0 when unknown).
         steps_done: the job's steps before this lease; remaining_steps: steps left (bounds the lease).
-        restart: the job did not run in the previous round (a restart overhead applies).
+        restart: the job did not run in the previous round (a restart overhead applies); in an
+            elastic round: its GPU set differs from the previous round's.
+        restart_charge_s: elastic rounds only: seconds at the start of the lease without progress
+            (what is left of the job's stop/restart cost, ``[elastic] restart_overhead_s``); the
+            emulation charges it, real back ends pay their real cost. None: the reference's
+            restart rule (the emulation's ``restart_overhead_s`` when ``restart``).
         command: extra arguments of the training module (real back ends only).
         num_nodes: nodes the gang spans; node_rank: this node's rank among them, in the order of
             ``gpu_ids``; rdzv_host: the host of node 0 (gangs spanning nodes).
@@ -68,6 +73,7 @@ class LeaseRequest(msgspec.Struct, frozen=True, kw_only=True):
     steps_done: NonNegInt
     remaining_steps: NonNegInt
     restart: bool = False
+    restart_charge_s: NonNeg | None = None
     command: str = ""
     num_nodes: PosInt = 1
     node_rank: NonNegInt = 0
@@ -97,6 +103,8 @@ class LeaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
         shutdown_s: real back ends: seconds from the end of a process of the job (the stop
             signal, or the trainer's own end report after its checkpoint) to its exit, measured
             on this node since the job's previous outcome (None: none measured).
+        restart_s: the emulation in an elastic round: the seconds of the lease charged as
+            stop/restart (``LeaseRequest.restart_charge_s``); 0 otherwise.
     """
 
     lease_id: NonNegInt
@@ -115,6 +123,7 @@ class LeaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     batch_size_changes: NonNegInt | None = None
     startup_s: PhaseSeconds | None = None
     shutdown_s: PhaseSeconds | None = None
+    restart_s: NonNeg = 0.0
 
 
 class LeaseProgress(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,6 +7,12 @@ previous round and the lease ran essentially the whole round (execution > L − 
 lease is charged ``restart_overhead_s``: steps × (exec − overhead)/exec, exec − overhead. The
 gang is still held until the original finish time.
 
+Elastic rounds (``lease.restart_charge_s`` set, docs/seed_systems.md §0): the lease first spends
+``restart_charge_s`` seconds without progress (the stop/restart after a change of GPU set), then
+trains for the rest of the round: ``min(int(T · (L − charge)), remaining)`` steps, released at
+``start + charge + steps / T``; the charge is reported as ``restart_s``. A lease whose charge
+takes the whole round runs no step and is not a failure.
+
 A lease that can run no step (a job whose progress passed its total through the ceil of a
 batch-size change, §2.4) is reported as failed, as the reference's micro-task failure rule
 (0 steps and 0 seconds) does.
@@ -58,7 +64,8 @@ def adaptation_request(lease: LeaseRequest) -> int | None:
     return None if new == lease.batch_size else new
 
 
-def _outcome(lease: LeaseRequest, steps: int, execution_s: float, finish_s: float, failed: bool) -> LeaseOutcome:
+def _outcome(lease: LeaseRequest, steps: int, execution_s: float, finish_s: float, failed: bool,
+             restart_s: float = 0.0) -> LeaseOutcome:
     return LeaseOutcome(
         lease_id=lease.lease_id,
         job_id=lease.job_id,
@@ -71,12 +78,18 @@ def _outcome(lease: LeaseRequest, steps: int, execution_s: float, finish_s: floa
         requested_batch_size=adaptation_request(lease),
         failed=failed,
         reason="lease made no progress" if failed else "",
+        restart_s=restart_s,
     )
 
 
 def run_lease(lease: LeaseRequest, config: EmulationConfig) -> LeaseOutcome:
     """What ``lease`` achieves on emulated GPUs (module docstring). Pure."""
     throughput = lease.throughput
+    if lease.restart_charge_s is not None and throughput > 0 and lease.remaining_steps > 0:
+        charge = min(lease.restart_charge_s, lease.duration_s)
+        steps = min(int(throughput * (lease.duration_s - charge)), lease.remaining_steps)
+        execution = steps / throughput
+        return _outcome(lease, steps, execution, lease.start_s + charge + execution, False, restart_s=charge)
     if throughput <= 0 or lease.remaining_steps <= 0:
         # No step and no time: the reference counts such a micro-task as failed (§3.5).
         return _outcome(lease, 0, 0.0, lease.start_s, failed=True)

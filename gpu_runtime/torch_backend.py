@@ -9,7 +9,9 @@ the knobs.
 Per :class:`~gpu_runtime.backend.LeaseRequest`:
 
 * **Spec.** A :class:`~gpu_runtime.lease.LeaseSpec` with ``max_steps = ceil(remaining /
-  scale factor)`` per rank, the job's checkpoint folder ``<checkpoint_root>/job-<id>`` and a
+  world size)`` per rank (the lease's GPUs: an elastic policy may give a job another count than
+  its scale factor; a change of GPUs stops the process, which checkpoints, and relaunches it
+  with the new world size from that checkpoint), the job's checkpoint folder ``<checkpoint_root>/job-<id>`` and a
   JSON-lines progress file ``<checkpoint_root>/job-<id>/leases/lease<id>-node<rank>.jsonl``.
   ``batch_size`` and ``total_steps`` are left unset: the checkpoint's (the trainer's own
   rescale after a batch-size change) are the truth.  With ``extend_leases = false`` the spec
@@ -279,7 +281,7 @@ class TorchBackend:
             progress = leases_dir / f"lease{lease.lease_id}-node{lease.node_rank}.jsonl"
             progress.unlink(missing_ok=True)
             end = lease.start_s + lease.duration_s
-            sf = max(1, lease.scale_factor)
+            sf = max(1, len(lease.gpu_ids))  # the gang's world size (an elastic lease's count, not the job's ask)
             spec = LeaseSpec(
                 job_id=lease.job_id,
                 lease_id=f"lease{lease.lease_id}",
@@ -426,7 +428,7 @@ class TorchBackend:
         lease = run.lease
         if not run.lead or lease is None or run.report is None:
             return
-        world = msg.world_size if isinstance(msg, Progress) else lease.scale_factor
+        world = msg.world_size if isinstance(msg, Progress) else len(lease.gpu_ids)
         run.report(LeaseProgress(
             lease_id=lease.lease_id, job_id=run.job_id, round_index=lease.round_index, job_steps=run.job_steps,
             total_steps=run.total_steps, batch_size=run.batch_size,

@@ -78,6 +78,7 @@ from market.base import RoundContext, RoundPolicy
 from market.placement import PlacementError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from actors.elastic import ElasticRounds
     from actors.kernel.bus import Bus
     from configs.live import LiveConfig
     from workloads.throughputs import ThroughputTable
@@ -105,6 +106,7 @@ class LiveClearinghouse(Clearinghouse):
         on_round_done: ``(round_wall_s, policy_wall_s)`` per round (metrics).
         read_model: where the state the API reads is published (a new one if None).
         restart_overhead_s: a job's restart cost until its worker measured one (seconds).
+        elastic: the elastic-round state when the policy is elastic (nodes are the registered workers).
 
     Raises:
         ValueError: ``config.round_mode`` is not ``"timer"``.
@@ -129,12 +131,13 @@ class LiveClearinghouse(Clearinghouse):
         on_round_done: Callable[[float, float], None] | None = None,
         read_model: ReadModel | None = None,
         restart_overhead_s: float = 0.0,
+        elastic: "ElasticRounds | None" = None,
     ) -> None:
         if config.round_mode != "timer":
             raise ValueError(f"the live clearinghouse needs round_mode 'timer', got {config.round_mode!r}")
         super().__init__(
             bus, policy=policy, servers=[], config=config, throughputs=throughputs, profile_of=None,
-            spawn=spawn, predictor=predictor, restart_overhead_s=restart_overhead_s,
+            spawn=spawn, predictor=predictor, restart_overhead_s=restart_overhead_s, elastic=elastic,
         )
         self.live = live
         self.store = store
@@ -560,7 +563,7 @@ class LiveClearinghouse(Clearinghouse):
     async def _choose(self, ctx: RoundContext) -> list[int]:
         """The policy runs in a worker thread, so the HTTP API and the bus keep serving during a
         long solve; the clearinghouse handles no other message meanwhile (actor semantics)."""
-        return await asyncio.to_thread(self.policy.select, ctx)
+        return await asyncio.to_thread(self._decide, ctx)
 
     def _round_failed(self, exc: Exception) -> dict[int, tuple[int, ...]]:
         """A live round whose policy or placement fails is skipped (logged); the next one retries."""

@@ -92,7 +92,7 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
     from actors.kernel.bus import Bus
     from live.clearinghouse import LiveClearinghouse
     from actors.kernel.transport_ws import HubTransport
-    from market.registry import uses_predictor
+    from market.registry import is_elastic, uses_predictor
     from sim_clock import WallClock
 
     log = structlog.get_logger().bind(actor="serve")
@@ -135,9 +135,15 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
 
                 spawn(PredictorActor(bus, config=cfg.predictor, round_duration_s=rounds.round_duration_s))
                 predictor = "predictor"
+            elastic = None
+            if is_elastic(live.policy):  # GPU counts per job on the registered nodes; the trainer owns batch sizes
+                from actors.elastic import ElasticRounds
+
+                elastic = ElasticRounds.build(cfg.elastic, cfg.cluster, table, cfg.model_sizes(), batch_size_changes=False)
             ch = LiveClearinghouse(
                 bus, policy=policy, config=rounds, live=live, store=store, throughputs=table, spawn=spawn,
-                predictor=predictor, server_id=server_id, restart_overhead_s=cfg.emulation.restart_overhead_s,
+                predictor=predictor, server_id=server_id, elastic=elastic,
+                restart_overhead_s=(cfg.elastic if elastic is not None else cfg.emulation).restart_overhead_s,
                 on_gpus_assigned=lambda via, ids: [hub.alias(f"gpu/{g}", via) for g in ids],
                 on_round_done=metrics.observe_round,
             )

@@ -1,18 +1,24 @@
-"""Plain data the policies see, and the two policy interfaces.
+"""Plain data the policies see, and the policy interfaces.
 
 A policy is pure: it reads a :class:`JobView` per active job and returns either a
 fractional allocation (``AllocationPolicy``, turned into rounds by the Gavel mechanism in
-``market/gavel.py``) or the list of jobs to run this round (``RoundPolicy``, e.g. Shockwave).
-No asyncio, no I/O.
+``market/gavel.py``), the list of jobs to run this round (``RoundPolicy``, e.g. Shockwave), or
+a GPU count per job (``ElasticRoundPolicy``: elastic jobs may run on another GPU count than they
+asked for, docs/seed_systems.md §0). No asyncio, no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
+
+    from market.topology import GangRequest, Topology
+
+#: a throughput table lookup: (model, batch size, GPUs) -> steps/s of the gang, None when unknown
+ThroughputLookup = Callable[[str, int, int], "float | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +89,29 @@ class RoundContext:
     lost_gpus: int = 0                    # GPUs lost since the previous boundary
     last_round: Mapping[int, float] = field(default_factory=dict)  # job -> execution seconds in the round just ended
     predictions: Mapping[int, object] = field(default_factory=dict)  # job -> predictor output (Shockwave)
+    # -- elastic rounds only (ElasticRoundPolicy; empty otherwise) --
+    gpu_options: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # job -> GPU counts it may get
+    batch_size_options: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # job -> batch sizes a policy may set
+    gpu_counts: Mapping[int, int] = field(default_factory=dict)  # job -> GPUs it held in the round just ended
+    topology: "Topology | None" = None    # nodes, cores and links (market.topology)
+    lookup: ThroughputLookup | None = None  # the throughput table
+
+    def throughput(self, job_id: int, num_gpus: int, batch_size: int | None = None) -> float:
+        """Steps/s of job ``job_id``'s gang on ``num_gpus`` GPUs at ``batch_size`` (default: its
+        current one), from the throughput table; without a table entry, the job's own throughput
+        at its requested scale factor and current batch size.
+
+        Raises:
+            KeyError: neither is known (e.g. a GPU count the table has no value for).
+        """
+        view = self.jobs[job_id]
+        bs = view.batch_size if batch_size is None else batch_size
+        value = self.lookup(view.model, bs, num_gpus) if self.lookup is not None else None
+        if value is not None and value > 0:
+            return value
+        if num_gpus == view.scale_factor and bs == view.batch_size and view.throughput > 0:
+            return view.throughput
+        raise KeyError(f"no throughput for job {job_id} ({view.model}) on {num_gpus} GPUs at batch size {bs}")
 
 
 class RoundPolicy(Protocol):
@@ -91,3 +120,43 @@ class RoundPolicy(Protocol):
     name: str
 
     def select(self, ctx: RoundContext) -> list[int]: ...
+
+
+class ElasticRoundPolicy:
+    """Chooses a GPU count per job for one round (docs/seed_systems.md §0).
+
+    ``allocate`` returns job id -> GPU count: 0 pauses the job, any other value must be one of
+    ``ctx.gpu_options[job]``, and the counts add up to at most ``ctx.num_gpus``; a job left out
+    gets 0. The clearinghouse places the gangs on the fewest nodes
+    (:func:`market.topology.place_on_nodes`; a job whose count is unchanged keeps its GPUs) and
+    charges a stop/restart (``[elastic] restart_overhead_s``) to every job whose GPU set changes.
+
+    After ``allocate``, the clearinghouse also reads (each default: none):
+
+    * :meth:`batch_sizes`: job id -> batch size, each one of ``ctx.batch_size_options[job]`` (ONES);
+    * :meth:`gang_requests`: job id -> :class:`market.topology.GangRequest` for jobs that need more
+      than GPUs on the fewest nodes: a pinned per-node shape (``gpus_on``), cores beside each
+      worker (``cpus_per_gpu``) and CPU reservations on given nodes (``cpus``, e.g. parameter
+      servers); its ``gpus`` must equal the job's count. The placement honours them and never
+      exceeds a node's GPUs or cores (``ctx.topology`` lists both);
+    * :meth:`gang_throughputs`: job id -> steps/s of the placed gang from the policy's own
+      step-time model (e.g. parameter servers with locality), replacing the table's value × the
+      ring placement penalty.
+    """
+
+    name: ClassVar[str] = "elastic"
+
+    def allocate(self, ctx: RoundContext) -> dict[int, int]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def batch_sizes(self) -> Mapping[int, int]:
+        """Batch sizes chosen by the last :meth:`allocate` (none by default)."""
+        return {}
+
+    def gang_requests(self) -> Mapping[int, "GangRequest"]:
+        """Placement requests of the last :meth:`allocate` (none by default: fewest nodes)."""
+        return {}
+
+    def gang_throughputs(self) -> Mapping[int, float]:
+        """Steps/s per placed job from the policy's own model (none by default: table × ring penalty)."""
+        return {}

@@ -16,7 +16,8 @@ Reason codes (:data:`REASON_CODES`), for a job that runs:
                         packing keeps a running job in place (``preempt_margin``)
 ``work_conservation``   the market did not plan it now, but GPUs would idle: work conservation
 ``allocated``           Gavel mechanism: its allocation x_j and priority rank it among the jobs placed
-``selected``            a policy without reasons of its own chose it
+``selected``            a policy without reasons of its own chose it (an elastic policy: on how
+                        many GPUs, against the count it asked for)
 
 and for a job that waits:
 
@@ -36,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import msgspec
 
-from market.base import RoundContext
+from market.base import ElasticRoundPolicy, RoundContext
 
 REASON_CODES = (
     "fairness", "plan", "kept", "work_conservation", "allocated", "selected",
@@ -96,6 +97,8 @@ def explain_round(
         explain, index = _shockwave, _plan_index(plan)
     elif hasattr(policy, "allocation") and hasattr(policy, "priorities"):
         explain, index = _gavel, None
+    elif isinstance(policy, ElasticRoundPolicy):
+        explain, index = _elastic, placement
     else:
         explain, index = _generic, None
     chosen_set = set(chosen)
@@ -185,3 +188,13 @@ def _generic(policy: Any, _index: None, ctx: RoundContext, job_id: int, chosen: 
         return JobReason(round_index=ctx.round_index, code="selected", running=True, text=f"{name} chose it")
     return JobReason(round_index=ctx.round_index, code="preempted" if ran else "waiting", running=False,
                      text=("it ran last round; " if ran else "") + f"{name} did not choose it")
+
+
+def _elastic(policy: Any, placement: Mapping[int, Sequence[int]], ctx: RoundContext, job_id: int, chosen: bool,
+             placed: bool, ran: bool) -> JobReason:
+    """An elastic policy's choice: the generic reason, with the GPU count it gave."""
+    reason = _generic(policy, None, ctx, job_id, chosen, placed, ran)
+    if placed:
+        n, asked = len(placement[job_id]), ctx.jobs[job_id].scale_factor
+        reason.text += f" on {n} GPU{'s' if n > 1 else ''}" + (f" (it asked for {asked})" if n != asked else "")
+    return reason

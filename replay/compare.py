@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from actors.kernel.logs import LOG_LEVELS
-from market.registry import POLICY_NAMES
+from market.registry import ELASTIC_POLICIES, POLICY_NAMES
 from replay.output import ROUND_DETAIL, without_round_detail, write_rounds
 
 EXIT_BAD_INPUT = 2
 
-#: every policy, Shockwave first (the slowest replay starts first)
+#: every policy, Shockwave first (the slowest replay starts first), then the elastic policies
+#: (:data:`market.registry.ELASTIC_POLICIES`, in their registration order: a policy registered
+#: there, e.g. ``ps_locality``, joins the default comparison)
 DEFAULT_POLICIES: tuple[str, ...] = (
     "shockwave",
     "min_total_duration",
@@ -43,6 +45,7 @@ DEFAULT_POLICIES: tuple[str, ...] = (
     "allox",
     "max_sum_throughput_perf",
     "gandiva_fair",
+    *ELASTIC_POLICIES,
 )
 
 #: file name of the paper's canonical trace (published figures exist only for it, on 32 GPUs)
@@ -308,7 +311,7 @@ def rho_cdf_figure(
 
 # -- running -------------------------------------------------------------------------------
 def parse_policies(text: str | None) -> list[str]:
-    """Comma-separated policy names -> list (default: all seven).
+    """Comma-separated policy names -> list (default: :data:`DEFAULT_POLICIES`, every policy).
 
     Raises:
         CompareInputError: empty list or a repeated name.

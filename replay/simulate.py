@@ -73,7 +73,7 @@ def resolve_run(
     return spec
 
 
-async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
+async def _run(spec: RunSpec, jobs, table, on_round, elastic=None) -> dict:
     from actors.kernel.bus import Bus
     from actors.clearinghouse import Clearinghouse
     from actors.gpu import GPUActor
@@ -117,7 +117,8 @@ async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
         clearinghouse = Clearinghouse(
             bus,
             policy=policy,
-            servers=[[g] for g in range(spec.num_gpus)],
+            # the reference places gangs on one-GPU servers; elastic policies on nodes ([cluster])
+            servers=elastic.fixed_topology.servers() if elastic is not None else [[g] for g in range(spec.num_gpus)],
             config=spec.config.rounds,
             throughputs=table,
             profile_of=profile_of,
@@ -126,7 +127,8 @@ async def _run(spec: RunSpec, jobs, table, on_round) -> dict:
             expected_jobs=len(jobs),
             on_round=on_round,
             workload=spec.config.workload,
-            restart_overhead_s=spec.config.emulation.restart_overhead_s,
+            restart_overhead_s=(spec.config.elastic if elastic is not None else spec.config.emulation).restart_overhead_s,
+            elastic=elastic,
         )
         spawn(clearinghouse)
         spawn(ReplayDriver(bus, jobs))
@@ -153,6 +155,7 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
         RuntimeError: the replay cannot finish (:class:`actors.clearinghouse.NoJobCanRun` names
             the jobs that can never run), or a round could not be scheduled.
     """
+    from market.registry import is_elastic
     from sim_clock import run_virtual
     from workloads.throughputs import ThroughputTable
     from workloads.trace import parse_trace
@@ -173,8 +176,14 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
             "it could never run" + (f" ({more} more such job{'s' if more > 1 else ''})" if more else ""),
             line=job.line, field="scale_factor",
         )
+    elastic = None
+    if is_elastic(spec.policy):  # a GPU count per job on the [cluster] topology (docs/seed_systems.md §0)
+        from actors.elastic import ElasticRounds
+
+        cfg = spec.config
+        elastic = ElasticRounds.build(cfg.elastic, cfg.cluster, table, cfg.model_sizes(), spec.num_gpus)
     try:
-        out = run_virtual(_run(spec, jobs, table, on_round), start=jobs[0].arrival_s)
+        out = run_virtual(_run(spec, jobs, table, on_round, elastic), start=jobs[0].arrival_s)
     except BaseExceptionGroup as group:  # the actors' task group: surface the first failure
         raise group.exceptions[0] from None
     wall = time.perf_counter() - started
@@ -293,6 +302,12 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "packers": dict(Counter(h["packer"] for h in stats.get("history", []))),
                 "per_replan": stats.get("history", []),
             }
+    if ch.elastic is not None:  # elastic policies: restarts per job, nodes (docs/seed_systems.md §4)
+        for row, r in zip(results["jobs"], records):
+            row["restarts"], row["restart_s"] = r.restarts, r.restart_s
+        results["restarts_per_job"] = float(np.mean([r.restarts for r in records]))
+        results["restart_s_total"] = float(sum(r.restart_s for r in records))
+        results["min_nodes_share"] = ch.elastic.min_nodes_share()
     quality = out.get("quality")
     if quality is not None:
         results["prediction_mape"] = quality.get("prediction_mape")

@@ -61,6 +61,8 @@ METRICS = (
     "makespan_s", "avg_jct_s", "median_jct_s", "worst_rho", "median_rho", "unfair_fraction_1_05",
     "unfair_fraction_1_1", "gpu_utilization", "num_rounds", "num_jobs", "policy_wall_s_total", "wall_time_s",
 )
+#: summary metrics only elastic policies' replays have (kept when present)
+ELASTIC_METRICS = ("restarts_per_job", "restart_s_total", "min_nodes_share")
 #: metrics that depend on the machine, not on the replay
 TIMING_METRICS = frozenset({"policy_wall_s_total", "wall_time_s"})
 EXIT_FAILED_CELLS = 1
@@ -296,7 +298,8 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
         spec = RunSpec(config=config, trace=folder / "cell.trace", throughputs=folder / "throughputs.json",
                        num_gpus=task["num_gpus"], policy=task["policy"], seed=task["seed"])
         results = simulate(spec)
-    return {"metrics": {k: results[k] for k in METRICS}, "jct_s": [job["jct_s"] for job in results["jobs"]]}
+    metrics = {k: results[k] for k in METRICS} | {k: results[k] for k in ELASTIC_METRICS if k in results}
+    return {"metrics": metrics, "jct_s": [job["jct_s"] for job in results["jobs"]]}
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "ACCORDION_MIN_DURATION_S",
     "DURATION_BUCKET_PROBABILITIES",
     "GeneratorSpec",
+    "PATTERNS",
     "SCALE_FACTORS",
     "duration_buckets",
     "generate_trace",
@@ -122,6 +123,17 @@ class GeneratorSpec:
         return (f"{self.num_jobs}_{num(self.min_hours)}_{num(self.max_hours)}_{self.duration_choices}_"
                 f"{num(self.mean_interarrival_s)}_{self.seed}_{','.join(num(round(v, 4)) for v in self.mode_mix)}_"
                 f"{','.join(num(round(v, 4)) for v in self.sf_mix)}_multigpu_dynamic.trace")
+
+
+#: the elastic schedulers' workload patterns (docs/seed_systems.md §4, [R]), replayed on 32 GPUs:
+#: ``(generator parameters, shockwave trace generate flags)``; the seed is the run's
+PATTERNS: dict[str, tuple[dict, str]] = {
+    # burst/light: 8 one-GPU jobs at t = 0
+    "burst": ({"num_jobs": 8, "mean_interarrival_s": 0.0, "sf_mix": (1.0, 0.0, 0.0, 0.0)},
+              "--jobs 8 --interarrival 0 --scale-factors 1,0,0,0"),
+    # heavy: the canonical trace's parameters at twice its arrival rate (mean inter-arrival 40 s -> 20 s)
+    "heavy": ({"num_jobs": 120, "mean_interarrival_s": 20.0}, "--jobs 120 --interarrival 20"),
+}
 
 
 def duration_buckets(spec: GeneratorSpec) -> list[np.ndarray]:

@@ -143,6 +143,7 @@ class JobProgress(Message, tag="job_progress"):
     batch_size_changes: NonNegInt = 0  # changes made during the lease (a trainer may make several)
     startup_s: PhaseSeconds | None = None  # measured restart overhead (real back ends), see LeaseOutcome
     shutdown_s: PhaseSeconds | None = None
+    restart_s: NonNeg = 0.0  # seconds of the lease charged as stop/restart (elastic rounds, emulation)
     completed: bool = False
     failed: bool = False  # the job ended as failed (max_failures failed leases in a row)
     lease_failed: bool = False  # this lease failed (no step, no time)

@@ -109,3 +109,54 @@ def test_overshoot_at_a_batch_size_change(complete_on_overshoot):
     # then scaled by old / new batch size: 5.05 x 2 / 4
     assert p.throughput == pytest.approx(2.525)
     assert p.completed is complete_on_overshoot
+
+
+@pytest.fixture(scope="module")
+def tacc():
+    from pathlib import Path
+
+    from workloads.throughputs import ThroughputTable
+
+    return ThroughputTable.load(Path(__file__).resolve().parents[2] / "configs" / "data" / "tacc_throughputs.json")
+
+
+def _run_reports(reports, *, scale_factor=4, cap=1.5, table=None, throughput=10.0):
+    async def main():
+        bus = Bus(get_clock())
+        box = bus.register("clearinghouse")
+        spec = JobSpec(model="ResNet-18", batch_size=32, scale_factor=scale_factor, total_steps=100_000)
+        JobActor(0, spec, bus, throughputs=table, throughput=throughput, isolated_runtime_s=1000.0,
+                 completion_cap_factor=cap).start()
+        for report in reports:
+            bus.send(report)
+        await get_clock().sleep(1)
+        return [await box.get() for _ in range(len(box))]
+
+    return run_virtual(main())
+
+
+def _elastic_report(lease_id, gpus, steps, execution_s, batch_size=32, restart_s=0.0):
+    return LeaseReport(src="gpu/0", dst="job/0", lease_id=lease_id, job_id=0, round_index=lease_id,
+                       gpu_ids=list(range(gpus)), steps=steps, execution_s=execution_s, finish_s=120.0 * (lease_id + 1),
+                       batch_size=batch_size, restart_s=restart_s)
+
+
+def test_a_job_on_fewer_gpus_counts_its_steps_at_the_requested_scale_factor_toward_the_cap(tacc):
+    thr4 = tacc.throughput("ResNet-18", 32, 4)
+    # 1,600 s on one GPU: past the 1,500 s cap in wall time, but only its steps' worth at 4 GPUs
+    steps = int(tacc.throughput("ResNet-18", 32, 1) * 1600)
+    out = _run_reports([_elastic_report(0, 1, steps, 1600.0, restart_s=30.0)], table=tacc, throughput=thr4)
+    assert out[0].completed is False and out[0].run_time_s == 1600.0 and out[0].restart_s == 30.0
+    # at the requested count the wall time counts, as before
+    out = _run_reports([_elastic_report(0, 4, 100, 1600.0)], table=tacc, throughput=thr4)
+    assert out[0].completed is True
+
+
+def test_a_lease_at_another_batch_size_rescales_the_job_first(tacc):
+    thr4 = tacc.throughput("ResNet-18", 32, 4)
+    out = _run_reports([_elastic_report(0, 4, 1000, 100.0), _elastic_report(1, 4, 500, 100.0, batch_size=64)],
+                       table=tacc, throughput=thr4)
+    second = out[1]
+    # 1,000 steps at 32 = 500 steps at 64 (samples kept), then the lease's 500 steps at 64
+    assert (second.batch_size, second.steps_done, second.batch_size_change) == (64, 1000, (32, 64))
+    assert second.throughput == tacc.throughput("ResNet-18", 64, 4) and second.total_steps == 50_000

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from gpu_runtime.launcher import EXIT_LEASE_END
-from tests.live.live_helpers import ROOT, call, env, start_serve, stop, wait_for
+from tests.live.live_helpers import ROOT, call, completed_jobs, dump_logs, env, start_serve, stop, wait_for
 
 torch = pytest.importorskip("torch")
 
@@ -58,15 +58,15 @@ def measure_start_up_s() -> float:
     return time.monotonic() - started
 
 
-def measure_static_steps_per_s(folder: Path, seconds: float = 3.0) -> float:
-    """The static job's training speed in steps per second, measured now on this machine under
-    its current load: its model, batch size and thread count on one rank, in a lease limited to
-    ``seconds`` of training (``SHOCKWAVE_MAX_SECONDS``, which starts at the first step, so
-    start-up does not count); the steps come from the lease's checkpoint."""
+def measure_static_steps_per_s(folder: Path, seconds: float = 3.0, job: dict | None = None) -> float:
+    """The static job's (or ``job``'s) training speed in steps per second, measured now on this
+    machine under its current load: its model, batch size and thread count on one rank, in a lease
+    limited to ``seconds`` of training (``SHOCKWAVE_MAX_SECONDS``, which starts at the first step,
+    so start-up does not count); the steps come from the lease's checkpoint."""
     from gpu_runtime.torch_runtime.checkpoint import load_latest
 
-    static = next(job for job in JOBS if job["name"] == "static")
-    ckpt = folder / "rate"
+    static = job or next(job for job in JOBS if job["name"] == "static")
+    ckpt = folder / f"rate-{static['model']}"
     lease = {"SHOCKWAVE_JOB_ID": "0", "SHOCKWAVE_MAX_SECONDS": str(seconds), "SHOCKWAVE_CHECKPOINT_DIR": str(ckpt)}
     proc = subprocess.run(
         [sys.executable, "-m", "gpu_runtime.torch_runtime.train", "--workload", static["model"],
@@ -94,41 +94,47 @@ def timings(start_up_s: float) -> dict[str, float]:
     }
 
 
-def _config(folder: Path, t: dict[str, float]) -> Path:
+#: the ``[torch]`` lines of this test: every lease is its own process that stops at the lease's
+#: end, so the static job, sized above one round of work, is stopped and resumed from its
+#: checkpoint whatever the policy decides (with extension a job that keeps its GPUs keeps its
+#: process, and whether any lease was stopped depended on the plan and on timing)
+NO_EXTENSION = "extend_leases = false\nlinger_s = 4.0"
+
+
+def torch_cluster_config(folder: Path, t: dict[str, float], *, policy: str = "shockwave", throughputs: str = "",
+                         sections: str = "", live_extra: str = 'placement = "spread"',
+                         torch_extra: str = NO_EXTENSION) -> Path:
+    """A live configuration for CPU torch workers in ``folder``, its times from :func:`timings`:
+    ``sections`` is TOML placed before ``[live]``; ``live_extra`` and ``torch_extra`` end those sections."""
     text = f"""
 [rounds]
 round_duration_s = {t["round_s"]}
 round_mode = "timer"
 max_failures = 5
 completion_cap_factor = 1.5
-
+{sections}
 [live]
 host = "127.0.0.1"
 port = 0
 database = "{folder / 'state.db'}"
-policy = "shockwave"
-throughputs = ""
+policy = "{policy}"
+throughputs = "{throughputs}"
 heartbeat_interval_s = 0.5
 heartbeat_timeout_s = {t["heartbeat_timeout_s"]}
 lease_grace_s = {t["grace_s"]}
 reconnect_initial_s = 0.1
 reconnect_max_s = 0.5
-placement = "spread"
+{live_extra}
 
 [torch]
-# every lease is its own process that stops at the lease's end: the static job, sized above one
-# round of work, is stopped and resumed from its checkpoint whatever the policy decides (with
-# extension a job that keeps its GPUs keeps its process, and whether any lease was stopped
-# depended on the plan and on timing)
-extend_leases = false
 checkpoint_root = "{folder / 'ckpt'}"
 device = "cpu"
 threads_per_rank = 1
 grace_s = 20.0
 advertise_host = "127.0.0.1"
 report_interval_s = 0.5
-linger_s = 4.0
 join_timeout_s = {t["join_timeout_s"]}
+{torch_extra}
 """
     path = folder / "cluster.toml"
     path.write_text(text)
@@ -164,7 +170,7 @@ def test_real_training_cluster(tmp_path):
     # stopped at least once and resumed from its checkpoint, however fast this machine is.
     static_steps = max(2400, math.ceil(1.1 * measure_static_steps_per_s(tmp_path) * t["round_s"]))
     jobs_to_submit = [dict(job, total_steps=static_steps) if job["name"] == "static" else job for job in JOBS]
-    config = _config(tmp_path, t)
+    config = torch_cluster_config(tmp_path, t)
     serve_log, w1_log, w2_log = tmp_path / "serve.log", tmp_path / "w1.log", tmp_path / "w2.log"
     procs: list[subprocess.Popen] = []
     started = time.monotonic()
@@ -180,18 +186,10 @@ def test_real_training_cluster(tmp_path):
             status, body = call(url + "/v1/jobs", "POST", json.dumps(job).encode())
             assert status == 201, body
             ids.append(body["job_id"])
-
-        def all_done():
-            jobs = call(url + "/v1/jobs")[1]["jobs"]
-            assert not [j for j in jobs if j["state"] in ("failed", "cancelled")], jobs
-            return jobs if all(j["state"] == "completed" for j in jobs) else None
-
-        jobs = wait_for(all_done, t["deadline_s"], interval_s=1.0, what="all jobs completed")
+        jobs = wait_for(lambda: completed_jobs(url), t["deadline_s"], interval_s=1.0, what="all jobs completed")
         elapsed = time.monotonic() - started
     except BaseException:
-        for log in (serve_log, w1_log, w2_log):
-            if log.exists():
-                sys.stderr.write(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}\n")
+        dump_logs(serve_log, w1_log, w2_log)
         raise
     finally:
         for p in reversed(procs):

@@ -125,3 +125,18 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=5)
     if proc.stdout:
         proc.stdout.close()
+
+
+def completed_jobs(url: str) -> list[dict] | None:
+    """Every job of the cluster once all have completed, else None; a failed or cancelled job
+    fails the test at once (a predicate for :func:`wait_for`)."""
+    jobs = call(url + "/v1/jobs")[1]["jobs"]
+    assert not [j for j in jobs if j["state"] in ("failed", "cancelled")], jobs
+    return jobs if all(j["state"] == "completed" for j in jobs) else None
+
+
+def dump_logs(*logs: Path, tail: int = 6000) -> None:
+    """Write the end of each log that exists to stderr (a failed end-to-end test shows them)."""
+    for log in logs:
+        if log.exists():
+            sys.stderr.write(f"--- {log.name}\n{log.read_text(errors='replace')[-tail:]}\n")
