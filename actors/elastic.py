@@ -42,6 +42,7 @@ class ElasticRounds:
         topology: a fixed topology (simulation); None builds one from the clearinghouse's servers
             each round (live nodes come and go).
         batch_size_changes: whether a policy may set batch sizes (off live: the trainer owns them).
+        sizes: bytes per model (``[cluster] model_sizes``), given to the policies in the context.
     """
 
     def __init__(
@@ -52,8 +53,10 @@ class ElasticRounds:
         fits: "Mapping[str, RingFit]",
         topology: Topology | None = None,
         batch_size_changes: bool = True,
+        sizes: Mapping[str, float] | None = None,
     ) -> None:
         self.config = config
+        self.sizes = dict(sizes or {})
         self.cluster = cluster
         self.fits = dict(fits)
         self.fixed_topology = topology
@@ -89,13 +92,13 @@ class ElasticRounds:
 
         fits = calibrate_ring(throughputs, sizes, cluster.ring_latency_s) if throughputs is not None else {}
         topology = Topology.uniform(num_gpus, cluster) if num_gpus is not None else None
-        return cls(config, cluster, throughputs, fits, topology, **kwargs)
+        return cls(config, cluster, throughputs, fits, topology, sizes=sizes, **kwargs)
 
     def topology(self, servers: Sequence[Sequence[int]]) -> Topology:
         return self.fixed_topology or Topology.from_servers(servers, self.cluster)
 
     def extend(self, ctx: RoundContext, servers: Sequence[Sequence[int]], previous: Mapping[int, Sequence[int]]) -> None:
-        """Fill ``ctx``'s elastic fields (options, last counts, topology, table)."""
+        """Fill ``ctx``'s elastic fields (options, last counts and GPUs, topology, table, model sizes)."""
         ctx.topology = self.topology(servers)
         ctx.lookup = self.lookup
         ctx.gpu_options = {j: gpu_options(v, self.lookup, ctx.num_gpus, self.config.gpu_counts) for j, v in ctx.jobs.items()}
@@ -104,6 +107,8 @@ class ElasticRounds:
             for j, v in ctx.jobs.items()
         }
         ctx.gpu_counts = {j: len(g) for j, g in previous.items() if j in ctx.jobs}
+        ctx.gpu_ids = {j: tuple(g) for j, g in previous.items() if j in ctx.jobs}
+        ctx.model_bytes = self.sizes
 
     def decide(self, policy: ElasticRoundPolicy, ctx: RoundContext) -> list[int]:
         """Run the policy; returns the jobs it gives GPUs to, in ``ctx.jobs`` order."""

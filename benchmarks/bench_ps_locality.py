@@ -14,7 +14,7 @@ Prints:
 Instances: models and batch sizes drawn from the bundled TACC throughput table
 (``configs/data/tacc_throughputs.json``), requested worker counts with the canonical trace's mix
 (60/30/9/1 % for 1/2/4/8), remaining work of 0.5 to 20 rounds at the requested count, model sizes
-of the design note's table. The reported seeds are 0..N-1; defaults were chosen on seeds 1000 on.
+of the bundled model-size file (configs/data/model_sizes.json). The reported seeds are 0..N-1; defaults were chosen on seeds 1000 on.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from market.policies.ps_locality import PsJob, PsNode, PsParams, plan_ps_round  # noqa: E402
+from workloads.model_sizes import load_model_sizes  # noqa: E402
 from workloads.models import JOB_TABLE_BATCH_SIZES, MODELS  # noqa: E402
 from workloads.throughputs import ThroughputTable  # noqa: E402
 
-#: Model sizes S in bytes (fp32 parameters; design note SEED_SYSTEMS, section 0, ours [R]).
-MODEL_BYTES = {"ResNet-18": 47e6, "ResNet-50": 102e6, "Transformer": 240e6, "LM": 54e6, "Recommendation": 40e6}
+#: Model sizes S in bytes: the bundled model-size file (its sources are in the file).
+MODEL_BYTES = dict(load_model_sizes(ROOT / "configs" / "data" / "model_sizes.json"))
 TACC = ROOT / "configs" / "data" / "tacc_throughputs.json"
 BANDWIDTHS_GBPS = (10.0, 25.0, 100.0)
 

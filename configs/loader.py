@@ -17,6 +17,7 @@ section            owner
 ``[elastic]``      :class:`market.elastic.ElasticConfig` (elastic policies: restart cost, GPU counts)
 ``[ring_doubling]`` :class:`market.policies.ring_doubling.RingDoublingConfig`
 ``[ones]``         :class:`market.policies.ones.OnesConfig`
+``[ps_locality]``  :class:`market.policies.ps_locality.PsLocalityConfig`
 ``[live]``         :class:`configs.live.LiveConfig` (``serve``/``worker``)
 ``[torch]``        :class:`gpu_runtime.torch_config.TorchBackendConfig` (``worker --backend torch``)
 =================  =========================================================
@@ -84,6 +85,7 @@ def _owners() -> dict[str, type]:
     from market.elastic import ElasticConfig
     from market.gavel import GavelConfig
     from market.policies.ones import OnesConfig
+    from market.policies.ps_locality import PsLocalityConfig
     from market.policies.ring_doubling import RingDoublingConfig
     from market.shockwave import ShockwaveConfig
     from market.topology import ClusterConfig
@@ -101,6 +103,7 @@ def _owners() -> dict[str, type]:
         "elastic": ElasticConfig,
         "ring_doubling": RingDoublingConfig,
         "ones": OnesConfig,
+        "ps_locality": PsLocalityConfig,
         "live": LiveConfig,
         "torch": TorchBackendConfig,
     }
@@ -145,6 +148,7 @@ class RunConfig:
     elastic: Any = None
     ring_doubling: Any = None
     ones: Any = None
+    ps_locality: Any = None
     live: Any = None
     torch: Any = None
 

@@ -93,6 +93,8 @@ class RoundContext:
     gpu_options: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # job -> GPU counts it may get
     batch_size_options: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # job -> batch sizes a policy may set
     gpu_counts: Mapping[int, int] = field(default_factory=dict)  # job -> GPUs it held in the round just ended
+    gpu_ids: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # job -> the GPU ids it held then
+    model_bytes: Mapping[str, float] = field(default_factory=dict)  # model -> size in bytes ([cluster] model_sizes)
     topology: "Topology | None" = None    # nodes, cores and links (market.topology)
     lookup: ThroughputLookup | None = None  # the throughput table
 

@@ -34,6 +34,7 @@ ELASTIC_POLICIES: dict[str, tuple[str, str, str | None]] = {
     "static_fifo": ("market.policies.static_fifo:StaticFifoPolicy", "static FIFO", None),
     "ring_doubling": ("market.policies.ring_doubling:RingDoublingPolicy", "ring doubling", "ring_doubling"),
     "ones": ("market.policies.ones:OnesPolicy", "ONES", "ones"),
+    "ps_locality": ("market.policies.ps_locality:PsLocalityPolicy", "PS locality", "ps_locality"),
 }
 POLICY_NAMES: tuple[str, ...] = ("shockwave", *ALLOCATION_POLICIES, *ELASTIC_POLICIES)
 PAPER_NAMES: dict[str, str] = {

@@ -66,6 +66,8 @@ class PsJob:
             (or a missing key) means that count is not available.
         requested_workers: the user's worker count (the trace's scale factor); it must have a
             throughput > 0. With ``PsParams.elastic`` off it is the only count used.
+        restart_s: r_j, seconds without progress when the job starts on a GPU set other than
+            last round's (>= 0; 0 by default). The draws' surrogate objective charges it [R].
 
     Raises:
         ValueError: a field out of range, naming the job and the field.
@@ -76,6 +78,7 @@ class PsJob:
     model_bytes: float
     throughputs: Mapping[int, float]
     requested_workers: int
+    restart_s: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"job {self.job_id!r}"
@@ -85,6 +88,9 @@ class PsJob:
             value = getattr(self, name)
             if not isinstance(value, (int, float, np.number)) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{where}: {name} must be a finite number > 0, got {value!r}")
+        r = self.restart_s
+        if not isinstance(r, (int, float, np.number)) or not math.isfinite(r) or r < 0:
+            raise ValueError(f"{where}: restart_s must be a finite number >= 0 (seconds), got {r!r}")
         table: dict[int, float] = {}
         for count, value in dict(self.throughputs).items():
             if count not in WORKER_COUNTS:

@@ -33,16 +33,23 @@ Each round, over the active jobs:
    remaining time first, ours), take their best configuration that fits: the one that does most
    of the job in a round, then the fewest GPUs and cores (ours).
 5. Placement: workers on GPUs preferring last round's (no restart), PSs as CPU reservations.
-6. Best of R draws by the surrogate objective: the rounded round 0, then each job keeping its
+6. Best of R draws (and, when the caller names last round's configurations, the status quo: every
+   running job kept as it was, the rest refilled) by the surrogate objective: the rounded round 0, then each job keeping its
    configuration until it finishes, freed capacity refilled as in step 4, scored by the LP's
-   objective (integral, so never below the LP bound).
+   objective (integral, so never below the LP bound). A job that starts on GPUs other than last
+   round's loses r_j / L of its first round (``PsJob.restart_s``, ours [R]), so the draws that
+   keep running jobs in place score better: without it, re-drawn worker counts restarted the
+   jobs 5.6 times each on the canonical trace.
 
 The locality-blind variant (``PsParams.locality_aware = False``) plans every step with the
 locality-blind step-time model (every transfer on the NIC); ``true_objective_s`` scores its plan
 with the locality-aware model, which is what the jobs would get.
 
-This module is the pure core. The adapter to the project's ``ElasticRoundPolicy`` (job -> worker
-count, PS reservations on the cluster's nodes) comes with the elastic-job plumbing, later.
+:class:`PsLocalityPolicy` is the ``ElasticRoundPolicy`` the simulator and the live cluster run
+(``[ps_locality]`` knobs, :class:`PsLocalityConfig`): each round it plans over the active jobs on
+the context's topology and asks for each placed job's GPUs per node, c_w cores beside each worker
+and c_p cores per PS on the PSs' nodes, with the job's rate under the step-time model as its
+throughput.
 
 Pure: numpy, cvxpy (imported when an LP is solved). Deterministic for a given RNG state.
 """
@@ -55,7 +62,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from market.base import ElasticRoundPolicy, RoundContext
 from market.policies.ps_configs import (
+    WORKER_COUNTS,
     ConfigTable,
     Layout,
     PsJob,
@@ -66,8 +75,12 @@ from market.policies.ps_configs import (
     node_classes,
 )
 from market.policies.ps_placement import ClusterState, Placement
+from market.topology import GangRequest
 
-__all__ = ["PsJob", "PsNode", "PsParams", "PsJobPlan", "PsRoundPlan", "plan_ps_round", "solve_lp"]
+__all__ = [
+    "PsJob", "PsNode", "PsParams", "PsJobPlan", "PsRoundPlan", "plan_ps_round", "solve_lp",
+    "PsLocalityConfig", "PsLocalityPolicy",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +135,9 @@ class PsRoundPlan:
         rounded_objective_s: the kept draw's surrogate objective under the planner's model (s).
         true_objective_s: the same plan's surrogate objective under the locality-aware model (s);
             equal to ``rounded_objective_s`` when the planner is locality-aware.
-        draw_objectives_s: every draw's surrogate objective, planner's model (s).
-        best_draw: index of the kept draw.
+        draw_objectives_s: every draw's surrogate objective, planner's model (s); the status quo
+            last when an incumbent was given.
+        best_draw: index of the kept draw (R: the status quo).
         lp_columns: variables of the LP (configurations x H plus one slack per job).
     """
 
@@ -206,6 +220,7 @@ class _Planner:
         self.empty = ClusterState(nodes, classes.of_node)
         W = np.array([j.remaining_steps for j in jobs], dtype=float)
         L = params.round_duration_s
+        self.restart_frac = np.array([min(1.0, j.restart_s / L) for j in jobs], dtype=float)
         self.work = L * self.cfg.rate / W[self.cfg.job] if len(self.cfg.job) else np.zeros(0)
         self.true_work = L * self.cfg.true_rate / W[self.cfg.job] if len(self.cfg.job) else np.zeros(0)
         # refill's "best feasible" configuration first: most of the job done in one round (a
@@ -292,17 +307,42 @@ class _Planner:
         self._refill(state, running, set(), sticky=True)
         return state, running
 
+    def status_quo(self, incumbent: Mapping[int, tuple[int, int, str]]) -> tuple[ClusterState, dict[int, tuple[int, Placement]]]:
+        """The extra candidate of step 6: each job of ``incumbent`` (job id -> (w, p, shape) of
+        last round) on that configuration, on its GPUs of last round where they are free (jobs
+        whose PSs sit on other machines last, so that those take spare cores, not the cores
+        beside another job's workers), in job order; then the refill of step 4."""
+        state, running = self.empty.copy(), {}
+        index = {job.job_id: j for j, job in enumerate(self.jobs)}
+        for job_id, config in sorted(incumbent.items(), key=lambda item: (item[1][2] == "ps_on_slack", item[0])):
+            j = index.get(job_id)
+            if j is None:
+                continue
+            for k in self.best_first[j]:
+                lay = self.layouts[int(self.cfg.layout[k])]
+                if (lay.workers, lay.ps, lay.shape) == tuple(config):
+                    placement = self._place(state, k, j, sticky=True)
+                    if placement is not None:
+                        running[j] = (k, placement)
+                        break
+        self._refill(state, running, set(), sticky=True)
+        return state, running
+
     def rollout(self, state: ClusterState, running: dict[int, tuple[int, Placement]], work: np.ndarray) -> float:
-        """Step 6's surrogate objective, seconds: jobs progress by ``work`` per round (planned or true)."""
+        """Step 6's surrogate objective, seconds: jobs progress by ``work`` per round (planned or
+        true); a job that starts on GPUs other than last round's loses r_j / L of its first round."""
         state, running = state.copy(), dict(running)
         H, L = self.params.horizon_rounds, self.params.round_duration_s
         left = np.ones(len(self.jobs))
         finished: set[int] = set()
+        paying = {j for j, (_, pl) in running.items()
+                  if self.restart_frac[j] > 0 and pl.gpus != frozenset(self.previous.get(self.jobs[j].job_id, ()))}
         objective = 0.0
         for t in range(H):
             ended = []
             for j, (k, _) in running.items():
-                f = min(left[j], work[k])
+                f = min(left[j], work[k] * (1.0 - self.restart_frac[j]) if j in paying else work[k])
+                paying.discard(j)
                 objective += (t + 1) * L * f
                 left[j] -= f
                 if left[j] <= 1e-12:
@@ -314,7 +354,9 @@ class _Planner:
                 finished.add(j)
                 left[j] = 0.0
             if t + 1 < H:
+                before = set(running)
                 self._refill(state, running, finished, sticky=False)
+                paying.update(j for j in running if j not in before and self.restart_frac[j] > 0)
         return objective + self.params.penalty * float(left.sum())
 
     def job_plan(self, j: int, k: int, placement: Placement) -> PsJobPlan:
@@ -355,6 +397,7 @@ def plan_ps_round(
     params: PsParams,
     rng: np.random.Generator,
     previous: Mapping[int, Sequence[int]] | None = None,
+    incumbent: Mapping[int, tuple[int, int, str]] | None = None,
 ) -> PsRoundPlan:
     """Plan one round of ``ps_locality`` (module docstring, steps 1-6).
 
@@ -365,6 +408,8 @@ def plan_ps_round(
         rng: the run's seeded generator; the plan is a function of its state (R * J uniform draws).
         previous: job id -> GPU ids of last round; a job keeps them when its configuration's
             worker layout still fits there (GPU ids no longer in ``nodes`` are ignored).
+        incumbent: job id -> (workers, PSs, shape) it ran with last round; when given, the
+            status quo (:meth:`_Planner.status_quo`) is scored beside the R draws, as draw R [R].
 
     Returns:
         The :class:`PsRoundPlan`. No machine's GPUs or cores are over-committed.
@@ -384,6 +429,9 @@ def plan_ps_round(
     for _ in range(params.draws):
         state, running = planner.round_zero(rng.random(len(ordered)))
         results.append((planner.rollout(state, running, planner.work), state, running))
+    if incumbent:
+        state, running = planner.status_quo(incumbent)
+        results.append((planner.rollout(state, running, planner.work), state, running))
     objectives = tuple(r[0] for r in results)
     best = int(np.argmin(objectives)) if objectives else 0
     objective, state, running = results[best]
@@ -399,3 +447,130 @@ def plan_ps_round(
         best_draw=best,
         lp_columns=planner.lp_columns,
     )
+
+
+@dataclass(frozen=True)
+class PsLocalityConfig:
+    """``[ps_locality]`` knobs (design note SEED_SYSTEMS, section 1.4; every default is ours [R]).
+
+    The round length L comes from ``[rounds]`` and the bandwidths from ``[cluster]``; the others
+    are :class:`PsParams`' fields of the same names (horizon H, rounding divisor gamma, draws R,
+    cores per worker c_w and per PS c_p, the locality-blind switch, elastic worker counts).
+
+    Raises:
+        ValueError: a knob out of range, naming it.
+    """
+
+    horizon_rounds: int = 10
+    gamma: float = 1.2
+    draws: int = 8
+    worker_cpus: int = 2
+    ps_cpus: int = 4
+    locality_aware: bool = True
+    elastic: bool = True
+
+    def __post_init__(self) -> None:
+        self.params(120.0, 25e9 / 8, 50e9)
+
+    def params(self, round_duration_s: float, nic_bytes_s: float, local_bytes_s: float) -> PsParams:
+        """The planner's :class:`PsParams` for a round of ``round_duration_s`` seconds and the
+        cluster's bandwidths (bytes/s)."""
+        return PsParams(
+            horizon_rounds=self.horizon_rounds, gamma=self.gamma, draws=self.draws, worker_cpus=self.worker_cpus,
+            ps_cpus=self.ps_cpus, round_duration_s=round_duration_s, nic_gbps=nic_bytes_s * 8 / 1e9,
+            local_gbytes_s=local_bytes_s / 1e9, locality_aware=self.locality_aware, elastic=self.elastic,
+        )
+
+
+class PsLocalityPolicy(ElasticRoundPolicy):
+    """``ps_locality`` as an elastic round policy (module docstring; [R] throughout).
+
+    Each round: the active jobs become :class:`PsJob` (remaining steps, the model's size from
+    ``ctx.model_bytes``, the table's steps/s for each of ``ctx.gpu_options`` at the current batch
+    size), the machines :class:`PsNode` (``ctx.topology``), and :func:`plan_ps_round` plans with
+    the run's seeded generator, keeping last round's GPUs (``ctx.gpu_ids``) where it can.
+    ``allocate`` returns the worker counts; :meth:`gang_requests` pins each job's GPUs per node
+    with its worker and PS cores; :meth:`gang_throughputs` gives its rate under the
+    locality-aware step-time model. Batch sizes are the jobs' own.
+
+    Args:
+        config: the ``[ps_locality]`` knobs (None: the defaults).
+        seed: the run's seed; the plans are a function of it and of the rounds' inputs.
+
+    Raises (from ``allocate``):
+        ValueError: the context has no topology, or a job's model has no size.
+    """
+
+    name = "ps_locality"
+
+    def __init__(self, config: PsLocalityConfig | None = None, seed: int = 0) -> None:
+        self.config = config or PsLocalityConfig()
+        self.rng = np.random.default_rng(seed)
+        self.last_plan: PsRoundPlan | None = None
+        self._incumbent: dict[int, tuple[int, int, str]] = {}
+        self._lp_ratios: list[float] = []
+        self._plans = 0
+
+    def _jobs(self, ctx: RoundContext) -> list[PsJob]:
+        jobs = []
+        for job_id, view in ctx.jobs.items():
+            size = ctx.model_bytes.get(view.model)
+            if size is None or not size > 0:
+                raise ValueError(f"ps_locality: job {job_id}'s model {view.model!r} has no size in bytes "
+                                 "(add it to the [cluster] model_sizes file)")
+            rates: dict[int, float] = {}
+            for n in ctx.gpu_options.get(job_id, ()):
+                if n in WORKER_COUNTS:
+                    try:
+                        rates[n] = ctx.throughput(job_id, n)
+                    except KeyError:
+                        continue
+            if not rates:
+                continue  # nothing it can run on (e.g. a cluster smaller than its gang): paused
+            requested = view.scale_factor if view.scale_factor in rates else max(rates)
+            jobs.append(PsJob(job_id, float(max(view.remaining_steps, 1)), float(size), rates, requested,
+                              restart_s=float(view.restart_overhead_s)))
+        return jobs
+
+    def allocate(self, ctx: RoundContext) -> dict[int, int]:
+        if ctx.topology is None:
+            raise ValueError("ps_locality needs the cluster topology (an elastic round's context)")
+        topology = ctx.topology
+        nodes = [PsNode(n.node_id, tuple(n.gpus), n.cpus) for n in topology.nodes]
+        params = self.config.params(ctx.round_duration_s, topology.nic_bytes_s, topology.local_bytes_s)
+        jobs = self._jobs(ctx)
+        incumbent = {j: c for j, c in self._incumbent.items() if j in ctx.gpu_ids}
+        plan = plan_ps_round(jobs, nodes, params, self.rng, previous=ctx.gpu_ids, incumbent=incumbent)
+        self._incumbent = {j: (p.num_workers, p.num_ps, p.shape) for j, p in plan.jobs.items()}
+        self._plans += 1
+        if plan.jobs:
+            self._lp_ratios.append(plan.lp_ratio)
+        self.last_plan = plan
+        counts = {j: 0 for j in ctx.jobs}
+        counts.update({j: p.num_workers for j, p in plan.jobs.items()})
+        return counts
+
+    def gang_requests(self) -> Mapping[int, GangRequest]:
+        """Each placed job's GPUs per node, c_w cores per worker and its PSs' cores per node."""
+        if self.last_plan is None:
+            return {}
+        c_w = self.config.worker_cpus
+        return {
+            j: GangRequest(j, p.num_workers, cpus_per_gpu=c_w, cpus=dict(p.ps_cpus),
+                           gpus_on={node: len(ids) for node, ids in p.worker_gpus.items()})
+            for j, p in self.last_plan.jobs.items()
+        }
+
+    def gang_throughputs(self) -> Mapping[int, float]:
+        """Steps/s of each placed job under the locality-aware step-time model."""
+        return {} if self.last_plan is None else {j: p.rate for j, p in self.last_plan.jobs.items()}
+
+    def stats(self) -> dict:
+        """Plans made and the kept plan's surrogate objective over the LP bound (the LP gap of
+        docs/seed_systems.md §4): mean and max over the rounds that placed a job."""
+        ratios = np.asarray(self._lp_ratios, dtype=float)
+        return {
+            "plans": self._plans,
+            "lp_ratio_mean": float(ratios.mean()) if ratios.size else None,
+            "lp_ratio_max": float(ratios.max()) if ratios.size else None,
+        }

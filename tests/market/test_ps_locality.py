@@ -24,7 +24,7 @@ _spec = importlib.util.spec_from_file_location("bench_ps_locality", ROOT / "benc
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
-#: Model sizes in bytes (design note SEED_SYSTEMS, section 0, ours [R]).
+#: Model sizes in bytes (the bundled model-size file, through the benchmark).
 RESNET18, RESNET50, TRANSFORMER, LM, RECOMMENDATION = (
     bench.MODEL_BYTES[m] for m in ("ResNet-18", "ResNet-50", "Transformer", "LM", "Recommendation")
 )

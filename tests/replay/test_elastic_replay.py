@@ -17,7 +17,7 @@ from workloads.throughputs import ThroughputTable
 
 ROOT = Path(__file__).resolve().parents[2]
 CANONICAL = ROOT / "configs" / "data" / "120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace"
-ELASTIC = ("static_fifo", "ring_doubling", "ones")
+ELASTIC = ("static_fifo", "ring_doubling", "ones", "ps_locality")
 
 
 def _run(policy, trace, gpus, restart_s=None, **cluster):
