@@ -7,7 +7,7 @@ Usage: python benchmarks/bench_elastic.py [--fit] [--sweep] [--compare] [--jobs 
 * ``--fit``: the ring step-time model's calibration per model of both bundled tables (fitted
   effective bandwidth, mean and largest relative error; workloads/ring.py).
 * ``--sweep``: ``configs/sweeps/elastic.toml`` (restart cost 0/30/120/300 s x NIC 10/25/100 Gbit/s,
-  static_fifo, ring_doubling, ones) and ``configs/sweeps/elastic_interval.toml`` (ring_doubling's
+  static_fifo, ring_doubling, ones, ps_locality) and ``configs/sweeps/elastic_interval.toml`` (ring_doubling's
   resize interval 600/3600 s), run with :func:`replay.sweep.run_sweep` (cached under ``--out``),
   then per policy the average JCT, the relative gain over static FIFO at the same restart cost
   (1 − JCT/JCT_FIFO; burst: the mean over its five traces) and whether it falls as the restart
@@ -16,14 +16,12 @@ Usage: python benchmarks/bench_elastic.py [--fit] [--sweep] [--compare] [--jobs 
   canonical trace, the 900-job trace (256 GPUs, its configuration), the burst pattern (five
   traces, 32 GPUs) and the heavy pattern (32 GPUs); prints one row per policy and trace.
 
-A registered ``ps_locality`` policy (market/registry.py) joins the sweep and the comparison.
 Run it under ``nice -n 10``; the full comparison replays the 900-job trace under Shockwave (minutes).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -64,12 +62,10 @@ def _family(trace_name: str) -> str:
     return trace_name.split("-")[0]
 
 
-def _sweep(path: Path, out: Path, jobs: int, extra_policies: tuple[str, ...]) -> list[dict]:
+def _sweep(path: Path, out: Path, jobs: int) -> list[dict]:
     from replay.sweep import load_spec, run_sweep
 
     spec = load_spec(path)
-    if extra_policies:
-        spec = dataclasses.replace(spec, policies=spec.policies + extra_policies)
     started = time.perf_counter()
     report = run_sweep(spec, out, jobs=jobs)
     print(f"{path.name}: {report.cells} cells ({report.ran} run, {report.cached} cached, {report.failed} failed) "
@@ -94,10 +90,7 @@ def _gains(rows: list[dict], knob: str, fixed: dict) -> dict:
 
 
 def sweep(out: Path, jobs: int) -> None:
-    from market.registry import POLICY_NAMES
-
-    extra = ("ps_locality",) if "ps_locality" in POLICY_NAMES else ()
-    rows = _sweep(ROOT / "configs" / "sweeps" / "elastic.toml", out / "sweep", jobs, extra)
+    rows = _sweep(ROOT / "configs" / "sweeps" / "elastic.toml", out / "sweep", jobs)
     costs = sorted({r["elastic.restart_overhead_s"] for r in rows})
     print("\nrestart cost (NIC 25 Gbit/s): avg JCT s | gain over static FIFO (1 - JCT/JCT_FIFO; burst: mean of 5 traces)"
           " | restarts/job")
@@ -112,7 +105,7 @@ def sweep(out: Path, jobs: int) -> None:
     print(f"{'trace':7} {'policy':14} " + " ".join(f"{f'{g:g} Gbit/s':>16}" for g in nics))
     for (family, policy), per in _gains(rows, "cluster.nic_gbps", {"elastic.restart_overhead_s": 30.0}).items():
         print(f"{family:7} {policy:14} " + " ".join(f"{per[g][0]:>8,.0f} {100 * per[g][3]:6.1f}%" for g in nics))
-    rows = _sweep(ROOT / "configs" / "sweeps" / "elastic_interval.toml", out / "sweep-interval", jobs, ())
+    rows = _sweep(ROOT / "configs" / "sweeps" / "elastic_interval.toml", out / "sweep-interval", jobs)
     print("\nring_doubling resize interval: avg JCT s | restarts/job, per restart cost")
     for family in ("burst", "heavy"):
         for interval in (600.0, 3600.0):

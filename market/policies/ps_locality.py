@@ -449,6 +449,10 @@ def plan_ps_round(
     )
 
 
+#: bytes assumed for a model without a size when the context lists none (100 MB, ours [R])
+UNKNOWN_MODEL_BYTES = 100e6
+
+
 @dataclass(frozen=True)
 class PsLocalityConfig:
     """``[ps_locality]`` knobs (design note SEED_SYSTEMS, section 1.4; every default is ours [R]).
@@ -497,8 +501,12 @@ class PsLocalityPolicy(ElasticRoundPolicy):
         config: the ``[ps_locality]`` knobs (None: the defaults).
         seed: the run's seed; the plans are a function of it and of the rounds' inputs.
 
+    A job whose model has no size in ``ctx.model_bytes`` (a live job of a model the size file does
+    not list) is planned with the largest size there, :data:`UNKNOWN_MODEL_BYTES` when it is empty
+    (ours [R]: its parameter traffic is not underestimated); :attr:`unsized_models` lists them.
+
     Raises (from ``allocate``):
-        ValueError: the context has no topology, or a job's model has no size.
+        ValueError: the context has no topology.
     """
 
     name = "ps_locality"
@@ -508,6 +516,8 @@ class PsLocalityPolicy(ElasticRoundPolicy):
         self.rng = np.random.default_rng(seed)
         self.last_plan: PsRoundPlan | None = None
         self._incumbent: dict[int, tuple[int, int, str]] = {}
+        #: models planned without a size of their own (the largest size in ``ctx.model_bytes``)
+        self.unsized_models: set[str] = set()
         self._lp_ratios: list[float] = []
         self._plans = 0
 
@@ -516,8 +526,9 @@ class PsLocalityPolicy(ElasticRoundPolicy):
         for job_id, view in ctx.jobs.items():
             size = ctx.model_bytes.get(view.model)
             if size is None or not size > 0:
-                raise ValueError(f"ps_locality: job {job_id}'s model {view.model!r} has no size in bytes "
-                                 "(add it to the [cluster] model_sizes file)")
+                # a live job of a model the size file does not list: the largest size known [R]
+                size = max(ctx.model_bytes.values(), default=UNKNOWN_MODEL_BYTES)
+                self.unsized_models.add(view.model)
             rates: dict[int, float] = {}
             for n in ctx.gpu_options.get(job_id, ()):
                 if n in WORKER_COUNTS:
@@ -573,4 +584,5 @@ class PsLocalityPolicy(ElasticRoundPolicy):
             "plans": self._plans,
             "lp_ratio_mean": float(ratios.mean()) if ratios.size else None,
             "lp_ratio_max": float(ratios.max()) if ratios.size else None,
+            "unsized_models": len(self.unsized_models),
         }

@@ -98,9 +98,16 @@ def test_the_status_quo_is_scored_beside_the_draws():
         assert len(with_it.jobs) == 8 and all(p.kept_gpus for p in with_it.jobs.values())
 
 
-def test_a_model_without_a_size_and_a_context_without_topology_are_refused():
-    with pytest.raises(ValueError, match="'Transformer' has no size"):
-        PsLocalityPolicy().allocate(context(sizes={k: v for k, v in SIZES.items() if k != "Transformer"}))
+def test_a_model_without_a_size_is_planned_with_the_largest_and_no_topology_is_refused():
+    sizes = {k: v for k, v in SIZES.items() if k != "Transformer"}
+    policy = PsLocalityPolicy(seed=5)
+    policy.allocate(context(sizes=sizes))
+    assert policy.unsized_models == {"Transformer"} and policy.stats()["unsized_models"] == 1
+    # the same plan as with the largest size given to it explicitly
+    reference = PsLocalityPolicy(seed=5)
+    assert reference.allocate(context(sizes={**sizes, "Transformer": max(sizes.values())})) == \
+        PsLocalityPolicy(seed=5).allocate(context(sizes=sizes))
+    assert reference.unsized_models == set()
     ctx = context()
     ctx.topology = None
     with pytest.raises(ValueError, match="topology"):
