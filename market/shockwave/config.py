@@ -30,11 +30,22 @@ class ShockwaveConfig:
     seed: solver random seed.
     live: live mode (adds the time budget).
     priority_cap: upper bound of the priority P_j.
-    packing: "contiguous" (default, :func:`pack_contiguous`: jobs keep running, few restarts) or
-        "urgency" (:func:`pack_counts`: urgent jobs earliest, no regard for restarts).
+    packing: "contiguous" (default, :func:`pack_contiguous`: jobs keep running, few restarts),
+        "urgency" (:func:`pack_counts`: urgent jobs earliest, no regard for restarts) or "rank"
+        (the reference's rank MILP, §4.7 step 4: minimise sum_j P_j mean round_j).
     fairness: which jobs carry the finish-time-fairness constraint: "window" (default, jobs whose
-        target rhomax FTobj falls inside the window must finish by it) or "projected" (also every
-        job whose target lies beyond the window, through its leftover run at the fair share).
+        target rhomax FTobj falls inside the window must finish by it), "projected" (also every
+        job whose target lies beyond the window, through its leftover run at the fair share) or
+        "reference" (§4.6 constraint 5 on every job, T0 + leftover / s <= rhomax FTobj with T0 the
+        window's end; when any job cannot meet it the re-plan takes the fallback of §4.7, and the
+        priorities P_j weigh the utilities only there).
+    reopt_clock: "plan" (ours: re-plan once ``reopt_rounds`` rounds have passed since the last
+        plan) or "fixed" (the reference: every ``reopt_rounds`` rounds by a counter that other
+        re-plans do not reset, §4.10).
+    window_clock: "time" (ours: the window starts at the round's start time) or "rounds" (the
+        reference: at round index x L, which runs ahead of time when rounds end early, §9.6).
+    replan_on_batch_size_change: re-plan when a job's batch size changed (ours; the reference
+        does not pass batch-size changes to its planner, §4.10).
     preempt_margin: delta; in the contiguous packing a waiting job displaces a running one only
         when its projected rho exceeds the running job's by more than a factor 1 + delta
         (log-priority credit lam log(1 + delta) for continuing jobs).
@@ -64,16 +75,23 @@ class ShockwaveConfig:
     fairness: str = "window"
     preempt_margin: float = 0.5
     restart_cost: bool = False
+    replan_on_batch_size_change: bool = True
+    reopt_clock: str = "plan"
+    window_clock: str = "time"
 
     def __post_init__(self) -> None:
         if self.formulation not in ("round_count", "time_indexed"):
             raise ValueError(f"formulation must be 'round_count' or 'time_indexed', got {self.formulation!r}")
-        if self.fairness not in ("window", "projected"):
-            raise ValueError(f"fairness must be 'window' or 'projected', got {self.fairness!r}")
+        if self.fairness not in ("window", "projected", "reference"):
+            raise ValueError(f"fairness must be 'window', 'projected' or 'reference', got {self.fairness!r}")
         if self.preempt_margin < 0:
             raise ValueError(f"preempt_margin must be >= 0, got {self.preempt_margin}")
-        if self.packing not in ("contiguous", "urgency"):
-            raise ValueError(f"packing must be 'contiguous' or 'urgency', got {self.packing!r}")
+        if self.packing not in ("contiguous", "urgency", "rank"):
+            raise ValueError(f"packing must be 'contiguous', 'urgency' or 'rank', got {self.packing!r}")
+        if self.window_clock not in ("time", "rounds"):
+            raise ValueError(f"window_clock must be 'time' or 'rounds', got {self.window_clock!r}")
+        if self.reopt_clock not in ("plan", "fixed"):
+            raise ValueError(f"reopt_clock must be 'plan' or 'fixed', got {self.reopt_clock!r}")
         if self.utility not in ("log", "pwl"):
             raise ValueError(f"utility must be 'log' or 'pwl', got {self.utility!r}")
         if self.future_rounds < 1 or self.reopt_rounds < 1:

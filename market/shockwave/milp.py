@@ -37,10 +37,13 @@ def rank_milp(
     config: ShockwaveConfig,
     deadline: np.ndarray | None = None,
     n_min: np.ndarray | None = None,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Exact packing of given counts, urgent jobs earliest (the reference's rank MILP, §4.7 step 4).
 
-    Minimises sum_j u_j / n_j sum_t t x[j, t] with u_j = N - rank_j (urgency) subject to
+    Minimises sum_j u_j / n_j sum_t t x[j, t] with u_j = N - rank_j (urgency), or u_j = ``weight_j``
+    ((N,), e.g. the priorities P_j as in the reference; scaled by their largest value, which
+    leaves the optimum unchanged and keeps the coefficients at most 1) subject to
     sum_t x[j, t] = n_j and per-round capacity; with ``deadline`` and ``n_min`` ((N,) each, ours:
     the window-fairness deadlines of :func:`tabulate`) also sum_{t < D_j} x[j, t] >= n_min_j.
     Returns x (N, F) bool, or None when infeasible or the solver fails.
@@ -54,8 +57,12 @@ def rank_milp(
         return out
     rank = np.empty(N, dtype=np.int64)
     rank[np.asarray(order, dtype=np.int64)] = np.arange(N)
-    weight = (N - rank[active]) / counts[active]
-    cost = weight[:, None] * np.arange(F)[None, :] / max(N * F, 1)
+    if weight is None:
+        per_job = (N - rank[active]) / counts[active] / max(N * F, 1)
+    else:
+        w = np.asarray(weight, dtype=np.float64)[active]
+        per_job = w / max(float(w.max()), 1e-300) / counts[active]
+    cost = per_job[:, None] * np.arange(F)[None, :]
     x = cp.Variable((active.size, F), boolean=True)
     cons = [cp.sum(x, axis=1) == counts[active].astype(np.float64), width[active].astype(np.float64) @ x <= num_gpus]
     if deadline is not None and n_min is not None:

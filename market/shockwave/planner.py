@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -110,7 +111,17 @@ def plan_window(
     t0 = time.perf_counter()
     path, reason, x = "constrained", "", None
     counts: np.ndarray | None = None
-    if tables.constrained.any():
+    reference = tables.plain_utility is not None
+    if tables.infeasible:
+        path, reason = "fallback", "a job cannot meet the reference's fairness constraint"
+    elif reference:
+        # the reference's first solve: unweighted utilities under constraint 5 (§4.6)
+        try:
+            counts, x = solve_counts(dataclasses.replace(tables, utility=tables.plain_utility), num_gpus=num_gpus,
+                                     config=config, with_fairness=bool(tables.constrained.any()))
+        except SolverFailure as err:
+            path, reason = "fallback", f"fairness constraints: {err}"
+    elif tables.constrained.any():
         demand = tables.width * tables.n_min
         fits = all(
             demand[tables.width >= c].sum() <= F * cap for c, cap in width_classes(tables.width, num_gpus)
@@ -148,6 +159,11 @@ def plan_window(
                 deadline=tables.deadline if deadlines else None,
             )
             packer = "contiguous"
+        elif config.packing == "rank":
+            # §4.7 step 4: earliest rounds to the highest priorities (uniform on the constrained path)
+            weight = tables.priority if path != "constrained" else np.ones(N)
+            ranked = rank_milp(counts, tables.width, order, num_gpus, config, weight=weight)
+            x, shortfall, packer = (ranked, 0, "rank_milp") if ranked is not None else (None, 1, "rank_milp")
         else:
             shortfall = 1
         if shortfall:

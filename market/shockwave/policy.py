@@ -39,6 +39,7 @@ class ShockwavePolicy:
         self._plan_jobs: frozenset[int] = frozenset()
         self._plan_gpus = 0
         self._last_selected: list[int] = []
+        self._reopt_counter = 0
         self.stats: dict[str, Any] = {
             "replans": 0,
             "constrained": 0,
@@ -58,15 +59,22 @@ class ShockwavePolicy:
         if plan is None:
             return True
         offset = ctx.round_index - plan.start_round
+        if self.config.reopt_clock == "fixed":
+            # the reference's counter: every reopt_rounds rounds, whatever else re-planned (§4.10)
+            periodic = self._reopt_counter >= self.config.reopt_rounds
+            if periodic:
+                self._reopt_counter = 0
+        else:
+            periodic = offset >= self.config.reopt_rounds
         return bool(
             ctx.arrived
             or ctx.completed
-            or ctx.batch_size_changed
+            or (ctx.batch_size_changed and self.config.replan_on_batch_size_change)
             or ctx.lost_gpus > 0
             or ctx.num_gpus != self._plan_gpus
             or offset < 0
             or offset >= len(plan.rounds)
-            or offset >= self.config.reopt_rounds
+            or periodic
             or frozenset(ctx.jobs) != self._plan_jobs
         )
 
@@ -105,12 +113,14 @@ class ShockwavePolicy:
             self._plan_jobs = frozenset()
             self._last_selected = []
             return []
+        if self._last_selected or self.plan is not None:
+            self._reopt_counter += 1  # a round has passed since the last call
         if self._needs_replan(ctx):
             self.plan = plan_window(
                 self._inputs(ctx),
                 num_gpus=ctx.num_gpus,
                 round_index=ctx.round_index,
-                now_s=ctx.now_s,
+                now_s=ctx.round_index * ctx.round_duration_s if self.config.window_clock == "rounds" else ctx.now_s,
                 round_duration_s=ctx.round_duration_s,
                 config=self.config,
                 running=self._last_selected,

@@ -50,6 +50,8 @@ class Tables:
     slack: np.ndarray  # (N,) rhomax FTobj - now - R, seconds
     remaining: np.ndarray  # (N,) R
     deadline: np.ndarray  # (N,) rounds 1..F by whose end a constrained job's rounds must be placed
+    plain_utility: np.ndarray | None = None  # (N, F+1) U_j(n), unweighted (fairness "reference" only)
+    infeasible: bool = False  # fairness "reference": some job cannot meet the constraint (fallback)
 
 
 def _utility_of_progress(u: np.ndarray, config: ShockwaveConfig) -> np.ndarray:
@@ -100,10 +102,24 @@ def tabulate(
     near_done = late & (R < L)
     priority[near_done] = rho[near_done] ** NEAR_DONE_POWER
     priority = np.minimum(priority, config.priority_cap)
-    utility = priority[:, None] * _utility_of_progress(u, config)
+    plain = _utility_of_progress(u, config)
+    utility = priority[:, None] * plain
+
+    bound = config.rhomax * target
+    if config.fairness == "reference":
+        # §4.6 constraint 5 on every job: T0 + leftover(n) / s <= rhomax FTobj, T0 = now + F L;
+        # it holds for n = n_max or for no n, and one job that cannot meet it makes the model
+        # infeasible (the reference's fallback, §4.7)
+        ok = now_s + F * L + leftover / share <= bound[:, None]
+        feasible = bool(ok[np.arange(N), n_max].all()) if N else True
+        n_min = np.where(ok.any(axis=1), ok.argmax(axis=1), 0).astype(np.int64) if feasible else np.zeros(N, np.int64)
+        return Tables(
+            ids=[int(j.job_id) for j in jobs], width=width, utility=utility, leftover=leftover, n_max=n_max,
+            n_min=n_min, constrained=n_min > 0, priority=priority, rho=rho, slack=bound - now_s - R, remaining=R,
+            deadline=np.full(N, F, dtype=np.int64), plain_utility=plain, infeasible=not feasible,
+        )
 
     # Fairness: FT(n) = now + R if leftover(n) == 0 else now + F L + leftover(n) / share.
-    bound = config.rhomax * target
     finish = np.where(leftover <= 1e-9, now_s + R[:, None], now_s + F * L + leftover / share)
     ok = finish <= bound[:, None]
     attainable = ok[np.arange(N), n_max] if N else np.zeros(0, dtype=bool)
