@@ -123,3 +123,17 @@ def test_the_preset_holds_the_reference_values():
     assert preset.simulation.policy == "shockwave"
     for section in ("rounds", "emulation", "workload", "gavel", "predictor"):
         assert getattr(preset, section) == getattr(paper, section), section
+
+
+@pytest.mark.slow
+def test_the_preset_replays_the_canonical_trace_like_the_reference():
+    """The reference rerun with HiGHS (docs/reference.md §11): makespan 24,398 s, every one of its
+    123 re-plans on the fallback path (the finish-time-fair MILP is infeasible each time)."""
+    from replay.simulate import resolve_run, simulate
+
+    r = simulate(resolve_run(str(PRESET)))
+    assert r["makespan_s"] == pytest.approx(24_398.0, rel=0.02)
+    replans = r["replans"]
+    assert replans["constrained"] == 0 and replans["fallback"] == replans["total"]
+    assert abs(replans["total"] - 123) <= 5
+    assert set(replans["packers"]) <= {"rank_milp", "urgency", "time_indexed"}
