@@ -43,7 +43,7 @@ class ShockwaveConfig:
         plan) or "fixed" (the reference: every ``reopt_rounds`` rounds by a counter that other
         re-plans do not reset, §4.10).
     window_clock: "time" (ours: the window starts at the round's start time) or "rounds" (the
-        reference: at round index x L, which runs ahead of time when rounds end early, §9.6).
+        reference: at round index x L, which drifts from time when rounds are not exactly L long, §9).
     replan_on_batch_size_change: re-plan when a job's batch size changed (ours; the reference
         does not pass batch-size changes to its planner, §4.10).
     preempt_margin: delta; in the contiguous packing a waiting job displaces a running one only
