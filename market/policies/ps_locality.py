@@ -56,6 +56,7 @@ Pure: numpy, cvxpy (imported when an LP is solved). Deterministic for a given RN
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, Sequence
@@ -453,6 +454,10 @@ def plan_ps_round(
 UNKNOWN_MODEL_BYTES = 100e6
 
 
+#: PsParams' defaults: the configuration section's knobs take theirs from there (one place)
+_PS_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PsParams)}
+
+
 @dataclass(frozen=True)
 class PsLocalityConfig:
     """``[ps_locality]`` knobs (design note SEED_SYSTEMS, section 1.4; every default is ours [R]).
@@ -465,13 +470,13 @@ class PsLocalityConfig:
         ValueError: a knob out of range, naming it.
     """
 
-    horizon_rounds: int = 10
-    gamma: float = 1.2
-    draws: int = 8
-    worker_cpus: int = 2
-    ps_cpus: int = 4
-    locality_aware: bool = True
-    elastic: bool = True
+    horizon_rounds: int = _PS_DEFAULTS["horizon_rounds"]
+    gamma: float = _PS_DEFAULTS["gamma"]
+    draws: int = _PS_DEFAULTS["draws"]
+    worker_cpus: int = _PS_DEFAULTS["worker_cpus"]
+    ps_cpus: int = _PS_DEFAULTS["ps_cpus"]
+    locality_aware: bool = _PS_DEFAULTS["locality_aware"]
+    elastic: bool = _PS_DEFAULTS["elastic"]
 
     def __post_init__(self) -> None:
         self.params(120.0, 25e9 / 8, 50e9)
