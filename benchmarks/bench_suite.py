@@ -2,7 +2,8 @@
 
 Usage: python benchmarks/bench_suite.py [--suite PATH] [--traces a,b] [--max-jobs N]
            [--policies shockwave,max_min_fairness,finish_time_fairness] [--set key=value ...]
-           [--jobs N] [--out results/suite.json]
+           [--jobs N] [--out results/suite.json] [--markdown]
+       python benchmarks/bench_suite.py --from results/suite.json --markdown
 
 Each trace is generated once from its parameters (``workloads.generate``; cached under
 ``results/suite/``) or taken from the bundled data (``file``). Every (trace, policy) cell is one
@@ -11,7 +12,8 @@ knobs for the ``shockwave`` cells (e.g. ``--set restart_cost=true``); a policy n
 ``shockwave@FILE.toml`` replays Shockwave with that configuration's [shockwave] section (e.g. a
 preset). Printed per trace: offered load, then per policy makespan, average JCT, worst rho, unfair
 fraction (rho > 1.05), each with its ratio to max-min fairness, and wall seconds; ``--out`` writes
-every cell's figures as JSON.
+every cell's figures as JSON. ``--markdown`` prints instead one table of every cell (the README's
+suite table); ``--from FILE`` prints it from a saved ``--out`` file without replaying.
 
 This suite is where the project's defaults are chosen; the canonical trace is never part of it.
 """
@@ -115,6 +117,44 @@ def override_shockwave(config, pairs: list[str]):
     return dataclasses.replace(config, **changes)
 
 
+LEGENDS = {"shockwave": "Shockwave", "shockwave@configs/shockwave_reference.toml": "reference preset",
+           "max_min_fairness": "max-min", "finish_time_fairness": "Themis"}
+
+
+def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
+    """One markdown table: per trace and policy, makespan / average JCT / worst rho / unfair
+    fraction (ratio to max-min fairness on the same trace) and wall seconds."""
+    by = {(c["trace"], c["policy"]): c for c in cells}
+    order = {name: i for i, name in enumerate(gpus)}  # the suite file's order
+    traces = sorted(dict.fromkeys(c["trace"] for c in cells), key=lambda t: order.get(t, len(order)))
+    known = list(LEGENDS)
+    policies = sorted(dict.fromkeys(c["policy"] for c in cells),
+                      key=lambda p: known.index(p) if p in known else len(known))
+    lines = ["| trace (jobs, GPUs, load) | policy | makespan s | avg JCT s | worst ρ | unfair % | wall s |",
+             "|---|---|---|---|---|---|---|"]
+    for t in traces:
+        n, load = loads[t]
+        base = by.get((t, "max_min_fairness"), {})
+        for p in policies:
+            r = by.get((t, p))
+            if r is None:
+                continue
+            label = f"{t} ({n}, {gpus.get(t, '?')}, load {load:.1f})"
+            if "error" in r:
+                lines.append(f"| {label} | {LEGENDS.get(p, p)} | {r['error']} | | | | |")
+                continue
+
+            def cell(key: str, spec: str, scale: float = 1.0) -> str:
+                text = spec.format(r[key] * scale)
+                if p != "max_min_fairness" and base.get(key):
+                    text += f" ({r[key] / base[key]:.2f}×)"
+                return text
+
+            lines.append(f"| {label} | {LEGENDS.get(p, p)} | {cell('makespan_s', '{:,.0f}')} | {cell('avg_jct_s', '{:,.0f}')} | "
+                         f"{cell('worst_rho', '{:.2f}')} | {cell('unfair_fraction_1_05', '{:.1f}', 100.0)} | {r['wall_s']:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default=str(DEFAULT_SUITE))
@@ -124,7 +164,14 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out")
+    ap.add_argument("--markdown", action="store_true", help="print one markdown table of every cell")
+    ap.add_argument("--from", dest="saved", help="a saved --out file: print its tables, replay nothing")
     args = ap.parse_args()
+    if args.saved:
+        saved = json.loads(Path(args.saved).read_text())
+        gpus = {t["name"]: t["gpus"] for t in tomllib.loads(Path(args.suite).read_text())["trace"]}
+        print(markdown({k: tuple(v) for k, v in saved["loads"].items()}, saved["cells"], gpus))
+        return
 
     suite = load_suite(Path(args.suite))
     if args.traces:
@@ -147,7 +194,10 @@ def main() -> None:
             print(f"done {key[0]} {key[1]}", file=sys.stderr, flush=True)
     if args.set:
         print(f"[shockwave] overrides: {' '.join(args.set)}")
-    for t in suite:
+    if args.markdown:
+        print(markdown(loads, [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()],
+                       {t["name"]: t["gpus"] for t in suite}))
+    for t in ([] if args.markdown else suite):
         n, load = loads[t["name"]]
         print(f"\n{t['name']}: {n} jobs, {t['gpus']} GPUs, offered load {load:.2f}")
         print(f"  {'policy':<24}{'makespan':>16}{'avg JCT':>16}{'worst rho':>16}{'unfair':>14}{'wall':>8}")
