@@ -12,7 +12,7 @@ knobs for the ``shockwave`` cells (e.g. ``--set restart_cost=true``); a policy n
 ``shockwave@FILE.toml`` replays Shockwave with that configuration's [shockwave] section (e.g. a
 preset). Printed per trace: offered load, then per policy makespan, average JCT, worst rho, unfair
 fraction (rho > 1.05), each with its ratio to max-min fairness, and wall seconds; ``--out`` writes
-every cell's figures as JSON. ``--markdown`` prints instead one table of every cell (the README's
+every cell's figures as JSON, rewritten after each cell. ``--markdown`` prints instead one table of every cell (the README's
 suite table); ``--from FILE`` prints it from a saved ``--out`` file without replaying.
 
 This suite is where the project's defaults are chosen; the canonical trace is never part of it.
@@ -155,6 +155,15 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
     return "\n".join(lines)
 
 
+def _save(path: Path, overrides: list[str], loads: dict, results: dict) -> None:
+    """Write the cells finished so far (a temporary file renamed over ``path``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"overrides": overrides, "loads": loads,
+                               "cells": [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()]}, indent=1))
+    tmp.replace(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default=str(DEFAULT_SUITE))
@@ -192,6 +201,8 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - one failed cell does not stop the suite
                 results[key] = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"done {key[0]} {key[1]}", file=sys.stderr, flush=True)
+            if args.out:  # after every cell: an interrupted run keeps what it finished
+                _save(Path(args.out), args.set, loads, results)
     if args.set:
         print(f"[shockwave] overrides: {' '.join(args.set)}")
     if args.markdown:
@@ -217,11 +228,6 @@ def main() -> None:
                 unfair += f" ({r['unfair_fraction_1_05'] / base['unfair_fraction_1_05']:.2f}x)"
             print(f"  {p:<24}{fmt('makespan_s', '{:,.0f}')}{fmt('avg_jct_s', '{:,.0f}')}{fmt('worst_rho', '{:.2f}')}"
                   f"{unfair:>14}{r['wall_s']:>7.0f}s")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(
-            {"overrides": args.set, "loads": loads,
-             "cells": [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()]}, indent=1))
 
 
 if __name__ == "__main__":
