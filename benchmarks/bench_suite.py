@@ -123,15 +123,16 @@ LEGENDS = {"shockwave": "Shockwave", "shockwave@configs/shockwave_reference.toml
 
 def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
     """One markdown table: per trace and policy, makespan / average JCT / worst rho / unfair
-    fraction (ratio to max-min fairness on the same trace) and wall seconds."""
+    fraction (ratio to max-min fairness on the same trace), wall seconds and, for Shockwave, the
+    per-solve p95 seconds."""
     by = {(c["trace"], c["policy"]): c for c in cells}
     order = {name: i for i, name in enumerate(gpus)}  # the suite file's order
     traces = sorted(dict.fromkeys(c["trace"] for c in cells), key=lambda t: order.get(t, len(order)))
     known = list(LEGENDS)
     policies = sorted(dict.fromkeys(c["policy"] for c in cells),
                       key=lambda p: known.index(p) if p in known else len(known))
-    lines = ["| trace (jobs, GPUs, load) | policy | makespan s | avg JCT s | worst ρ | unfair % | wall s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| trace (jobs, GPUs, load) | policy | makespan s | avg JCT s | worst ρ | unfair % | wall s | solve p95 s |",
+             "|---|---|---|---|---|---|---|---|"]
     for t in traces:
         n, load = loads[t]
         base = by.get((t, "max_min_fairness"), {})
@@ -141,7 +142,7 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
                 continue
             label = f"{t} ({n}, {gpus.get(t, '?')}, load {load:.1f})"
             if "error" in r:
-                lines.append(f"| {label} | {LEGENDS.get(p, p)} | {r['error']} | | | | |")
+                lines.append(f"| {label} | {LEGENDS.get(p, p)} | {r['error']} | | | | | |")
                 continue
 
             def cell(key: str, spec: str, scale: float = 1.0) -> str:
@@ -151,7 +152,8 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
                 return text
 
             lines.append(f"| {label} | {LEGENDS.get(p, p)} | {cell('makespan_s', '{:,.0f}')} | {cell('avg_jct_s', '{:,.0f}')} | "
-                         f"{cell('worst_rho', '{:.2f}')} | {cell('unfair_fraction_1_05', '{:.1f}', 100.0)} | {r['wall_s']:.0f} |")
+                         f"{cell('worst_rho', '{:.2f}')} | {cell('unfair_fraction_1_05', '{:.1f}', 100.0)} | {r['wall_s']:.0f} | "
+                         + (f"{r['solve_s_p95']:.2f} |" if r.get("solve_s_p95") is not None else "— |"))
     return "\n".join(lines)
 
 
