@@ -65,6 +65,7 @@ def solver_options(
     time_limit_s: float | None,
     threads: int = 1,
     seed: int = 0,
+    sub_mip_heuristics: bool = True,
 ) -> dict[str, Any]:
     """Keyword arguments for ``cvxpy.Problem.solve(solver=name, **options)``.
 
@@ -75,6 +76,8 @@ def solver_options(
         time_limit_s: wall-clock limit in seconds (live mode), or None.
         threads: solver threads (1 for determinism).
         seed: random seed.
+        sub_mip_heuristics: False switches off HiGHS's RINS and RENS heuristics, which solve
+            sub-MIPs at the root (SCIP: ignored).
 
     Raises:
         ValueError: unsupported solver name.
@@ -89,6 +92,9 @@ def solver_options(
             opts["mip_max_nodes"] = int(node_limit)
         if time_limit_s is not None:
             opts["time_limit"] = float(time_limit_s)
+        if not sub_mip_heuristics:
+            opts["mip_heuristic_run_rins"] = False
+            opts["mip_heuristic_run_rens"] = False
         return opts
     if name == "SCIP":
         params: dict[str, Any] = {

@@ -44,6 +44,8 @@ class ShockwaveConfig:
         re-plans do not reset, §4.10).
     window_clock: "time" (ours: the window starts at the round's start time) or "rounds" (the
         reference: at round index x L, which drifts from time when rounds are not exactly L long, §9).
+    sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
+        on d150-wide's ten slowest solves, 1.8x faster and never a worse objective).
     replan_on_batch_size_change: re-plan when a job's batch size changed (ours; the reference
         does not pass batch-size changes to its planner, §4.10).
     preempt_margin: delta; in the contiguous packing a waiting job displaces a running one only
@@ -76,6 +78,7 @@ class ShockwaveConfig:
     preempt_margin: float = 0.5
     restart_cost: bool = False
     replan_on_batch_size_change: bool = True
+    sub_mip_heuristics: bool = True
     reopt_clock: str = "plan"
     window_clock: str = "time"
 

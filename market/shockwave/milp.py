@@ -26,6 +26,7 @@ def _solver_and_options(config: ShockwaveConfig) -> tuple[str, dict[str, Any]]:
         time_limit_s=config.time_limit_s if config.live else None,
         threads=config.threads,
         seed=config.seed,
+        sub_mip_heuristics=config.sub_mip_heuristics,
     )
 
 
