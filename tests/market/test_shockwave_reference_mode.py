@@ -47,7 +47,7 @@ def test_one_job_that_cannot_meet_the_reference_constraint_sends_the_plan_to_the
 
 
 def test_the_reference_constraint_bounds_the_counts_when_it_is_feasible():
-    now, L, F = 0.0, 100.0, 6
+    now, L = 0.0, 100.0  # REFERENCE plans F = 6 rounds
     # job 0 needs >= 4 of the 6 rounds for T0 + leftover / s <= target (s = 1/2 with 4 jobs on 2 GPUs)
     jobs = [plan_input(0, 1, 10, 0, 1000.0, 100.0, 600.0 + 600.0 * 2 * 1.0 + 1.0)] + [
         plan_input(i, 1, 10, 0, 1000.0, 100.0, 1e6) for i in range(1, 4)
