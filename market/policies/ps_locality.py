@@ -479,16 +479,13 @@ class PsLocalityConfig:
     elastic: bool = _PS_DEFAULTS["elastic"]
 
     def __post_init__(self) -> None:
-        self.params(120.0, 25e9 / 8, 50e9)
+        PsParams(**dataclasses.asdict(self))  # PsParams checks the knobs, naming the bad one
 
     def params(self, round_duration_s: float, nic_bytes_s: float, local_bytes_s: float) -> PsParams:
         """The planner's :class:`PsParams` for a round of ``round_duration_s`` seconds and the
         cluster's bandwidths (bytes/s)."""
-        return PsParams(
-            horizon_rounds=self.horizon_rounds, gamma=self.gamma, draws=self.draws, worker_cpus=self.worker_cpus,
-            ps_cpus=self.ps_cpus, round_duration_s=round_duration_s, nic_gbps=nic_bytes_s * 8 / 1e9,
-            local_gbytes_s=local_bytes_s / 1e9, locality_aware=self.locality_aware, elastic=self.elastic,
-        )
+        return PsParams(**dataclasses.asdict(self), round_duration_s=round_duration_s,
+                        nic_gbps=nic_bytes_s * 8 / 1e9, local_gbytes_s=local_bytes_s / 1e9)
 
 
 class PsLocalityPolicy(ElasticRoundPolicy):
@@ -520,7 +517,6 @@ class PsLocalityPolicy(ElasticRoundPolicy):
         self.config = config or PsLocalityConfig()
         self.rng = np.random.default_rng(seed)
         self.last_plan: PsRoundPlan | None = None
-        self._incumbent: dict[int, tuple[int, int, str]] = {}
         #: models planned without a size of their own (the largest size in ``ctx.model_bytes``)
         self.unsized_models: set[str] = set()
         self._lp_ratios: list[float] = []
@@ -555,9 +551,9 @@ class PsLocalityPolicy(ElasticRoundPolicy):
         nodes = [PsNode(n.node_id, tuple(n.gpus), n.cpus) for n in topology.nodes]
         params = self.config.params(ctx.round_duration_s, topology.nic_bytes_s, topology.local_bytes_s)
         jobs = self._jobs(ctx)
-        incumbent = {j: c for j, c in self._incumbent.items() if j in ctx.gpu_ids}
+        last = self.last_plan.jobs if self.last_plan is not None else {}
+        incumbent = {j: (p.num_workers, p.num_ps, p.shape) for j, p in last.items() if j in ctx.gpu_ids}
         plan = plan_ps_round(jobs, nodes, params, self.rng, previous=ctx.gpu_ids, incumbent=incumbent)
-        self._incumbent = {j: (p.num_workers, p.num_ps, p.shape) for j, p in plan.jobs.items()}
         self._plans += 1
         if plan.jobs:
             self._lp_ratios.append(plan.lp_ratio)
