@@ -39,7 +39,7 @@ def _count_binding(counter: Counter) -> None:
         if with_fairness and tables.constrained.any():
             counter["constrained_solves"] += 1
             counter["constrained_jobs"] += int(tables.constrained.sum())
-            free, _ = solve(tables, num_gpus=num_gpus, config=config, with_fairness=False)
+            free = solve(tables, num_gpus=num_gpus, config=config, with_fairness=False).counts
             short = tables.constrained & (free < tables.n_min)
             if short.any():
                 counter["binding_solves"] += 1

@@ -300,6 +300,7 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "solve_s_max": float(arr.max()),
                 "deadline_misses": int(stats.get("deadline_misses", 0)),
                 "packers": dict(Counter(h["packer"] for h in stats.get("history", []))),
+                "solvers": dict(Counter(h.get("solver", "") for h in stats.get("history", []))),
                 "per_replan": stats.get("history", []),
             }
     if ch.elastic is not None:  # elastic policies: restarts per job, nodes (docs/seed_systems.md §4)

@@ -86,13 +86,14 @@ predicted remaining time first, when they fit.
 from __future__ import annotations
 
 from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
-from market.shockwave.milp import SolverFailure, rank_milp, solve_counts
+from market.shockwave.milp import CountsSolution, SolverFailure, rank_milp, solve_counts
 from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
 from market.shockwave.planner import WindowPlan, plan_window
 from market.shockwave.policy import ShockwavePolicy
 from market.shockwave.tables import PlanJob, Tables, evaluate_counts, missed_deadlines, plan_input, tabulate, width_classes
 
 __all__ = [
+    "CountsSolution",
     "LOG_ORIGIN",
     "NEAR_DONE_POWER",
     "PlanJob",

@@ -46,6 +46,9 @@ class ShockwaveConfig:
         reference: at round index x L, which drifts from time when rounds are not exactly L long, §9).
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
         on d150-wide's ten slowest solves, 1.8x faster and never a worse objective).
+    level_search: solve the round-count model by the level search of
+        :mod:`market.shockwave.levels` (exact within ``rel_gap``; the MILP solver takes over when it
+        does not apply or cannot certify its plan). False: the MILP solver always.
     replan_on_batch_size_change: re-plan when a job's batch size changed (ours; the reference
         does not pass batch-size changes to its planner, §4.10).
     preempt_margin: delta; in the contiguous packing a waiting job displaces a running one only
@@ -79,6 +82,7 @@ class ShockwaveConfig:
     restart_cost: bool = False
     replan_on_batch_size_change: bool = True
     sub_mip_heuristics: bool = True
+    level_search: bool = True
     reopt_clock: str = "plan"
     window_clock: str = "time"
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import structlog
 
 from market.shockwave.config import ShockwaveConfig
+from market.shockwave.levels import solve_by_levels
 from market.shockwave.tables import Tables, width_classes
 
 
@@ -111,23 +112,37 @@ def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, 
     return a, left_ks, b * scale, scale
 
 
+class CountsSolution(NamedTuple):
+    """counts (N,) int64; x (N, F) bool or None (the time-indexed model's rounds); solver: "levels"
+    (:func:`market.shockwave.levels.solve_by_levels`) or the MILP solver's name."""
+
+    counts: np.ndarray
+    x: np.ndarray | None
+    solver: str
+
+
 def solve_counts(
     tables: Tables, *, num_gpus: int, config: ShockwaveConfig, with_fairness: bool
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Solve the MILP for the round counts (and, for ``time_indexed``, the per-round x).
+) -> CountsSolution:
+    """Solve the model for the round counts (and, for ``time_indexed``, the per-round x).
 
-    Returns:
-        (counts (N,), x (N, F) bool or None).
+    ``round_count`` with ``config.level_search`` tries the level search first (exact within
+    ``rel_gap``; it gives way to the MILP when it does not apply or cannot certify its plan).
 
     Raises:
         SolverFailure: infeasible, no solution, or a solver error (message gives the status).
     """
+    N, F = len(tables.ids), config.future_rounds
+    a, left_ks, b, _ = _coefficients(tables, config)
+    if config.formulation == "round_count" and config.level_search:
+        counts = solve_by_levels(tables, a, left_ks, b, num_gpus=num_gpus, config=config,
+                                 with_fairness=with_fairness)
+        if counts is not None:
+            return CountsSolution(counts, None, "levels")
     import cvxpy as cp
 
     import scipy.sparse as sp
 
-    N, F = len(tables.ids), config.future_rounds
-    a, left_ks, b, _ = _coefficients(tables, config)
     nvec = np.arange(F + 1)
     allowed = nvec[None, :] <= tables.n_max[:, None]
     if with_fairness:
@@ -187,4 +202,4 @@ def solve_counts(
         raise SolverFailure(f"{solver}: one-hot violated (status {problem.status})")
     counts = np.rint(count_of @ yv).astype(np.int64)
     xv = None if x is None else np.rint(np.asarray(x.value)).astype(bool)
-    return counts, xv
+    return CountsSolution(counts, xv, solver)

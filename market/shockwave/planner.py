@@ -43,6 +43,8 @@ class WindowPlan:
     market_rounds: F lists of job ids the market placed (``rounds`` before work conservation).
     deadlines: job id -> D_j, for the jobs that carried a fairness constraint on the
         "constrained" path: their n_min rounds must lie in rounds 0..D_j-1 of the window.
+    solver: what found the counts: "levels" (the level search), the MILP solver's name ("HIGHS",
+        "SCIP") or "greedy" (no solver solution).
     """
 
     start_round: int
@@ -59,6 +61,7 @@ class WindowPlan:
     deadline_misses: list[int] = field(default_factory=list)
     market_rounds: list[list[int]] = field(default_factory=list)
     deadlines: dict[int, int] = field(default_factory=dict)
+    solver: str = ""
 
 
 # ---------------------------------------------------------------------------------- plan_window
@@ -109,7 +112,7 @@ def plan_window(
     N = len(tables.ids)
     order = urgency_order(tables)
     t0 = time.perf_counter()
-    path, reason, x = "constrained", "", None
+    path, reason, x, solver = "constrained", "", None, ""
     counts: np.ndarray | None = None
     reference = tables.plain_utility is not None
     if tables.infeasible:
@@ -117,7 +120,8 @@ def plan_window(
     elif reference:
         # the reference's first solve: unweighted utilities under constraint 5 (§4.6)
         try:
-            counts, x = solve_counts(dataclasses.replace(tables, utility=tables.plain_utility), num_gpus=num_gpus,
+            counts, x, solver = solve_counts(dataclasses.replace(tables, utility=tables.plain_utility),
+                                             num_gpus=num_gpus,
                                      config=config, with_fairness=bool(tables.constrained.any()))
         except SolverFailure as err:
             path, reason = "fallback", f"fairness constraints: {err}"
@@ -128,18 +132,18 @@ def plan_window(
         )
         if fits:
             try:
-                counts, x = solve_counts(tables, num_gpus=num_gpus, config=config, with_fairness=True)
+                counts, x, solver = solve_counts(tables, num_gpus=num_gpus, config=config, with_fairness=True)
             except SolverFailure as err:
                 path, reason = "fallback", f"fairness constraints: {err}"
         else:
             path, reason = "fallback", "fairness constraints exceed capacity"
     if counts is None:
         try:
-            counts, x = solve_counts(tables, num_gpus=num_gpus, config=config, with_fairness=False)
+            counts, x, solver = solve_counts(tables, num_gpus=num_gpus, config=config, with_fairness=False)
         except Exception as err:  # noqa: BLE001 - a round must never fail
             path, reason = "greedy", f"{reason + '; ' if reason else ''}solver: {err}"
             log.warning("shockwave_greedy_plan", round_index=round_index, reason=reason, jobs=N)
-            counts, x = greedy_counts(tables, num_gpus, F), None
+            counts, x, solver = greedy_counts(tables, num_gpus, F), None, "greedy"
     solve_s = time.perf_counter() - t0
     counts = np.minimum(counts, F)
     shortfall, packer = 0, "solver"
@@ -181,7 +185,7 @@ def plan_window(
             # The counts admit no packing: solve the time-indexed model of the same path.
             try:
                 ti = ShockwaveConfig(**{**_config_dict(config), "formulation": "time_indexed"})
-                counts, x = solve_counts(tables, num_gpus=num_gpus, config=ti, with_fairness=deadlines)
+                counts, x, solver = solve_counts(tables, num_gpus=num_gpus, config=ti, with_fairness=deadlines)
                 shortfall, packer = 0, "time_indexed"
             except SolverFailure as err:
                 log.warning("shockwave_time_indexed_failed", round_index=round_index, reason=str(err))
@@ -221,6 +225,7 @@ def plan_window(
         deadline_misses=misses,
         market_rounds=market_rounds,
         deadlines=deadlines,
+        solver=solver,
     )
 
 

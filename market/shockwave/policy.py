@@ -27,7 +27,7 @@ class ShockwavePolicy:
             re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
             constraints summed over re-plans; "objective": list; "deadline_misses": constrained jobs
             whose placement missed their window-fairness deadline, summed over re-plans; "history": per
-            re-plan {round, path, packer, constrained_jobs, deadline_misses (job ids)}}.
+            re-plan {round, path, packer, solver, constrained_jobs, deadline_misses (job ids)}}.
         plan: the cached :class:`WindowPlan` (or None).
     """
 
@@ -138,6 +138,7 @@ class ShockwavePolicy:
             st["objective"].append(self.plan.objective)
             st["deadline_misses"] += len(self.plan.deadline_misses)
             st["history"].append({"round": ctx.round_index, "path": self.plan.path, "packer": self.plan.packer,
+                                  "solver": self.plan.solver,
                                   "constrained_jobs": self.plan.constrained_jobs,
                                   "deadline_misses": list(self.plan.deadline_misses)})
         assert self.plan is not None

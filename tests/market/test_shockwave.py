@@ -122,7 +122,7 @@ def test_solver_failure_gives_greedy_plan(monkeypatch):
 
     monkeypatch.setattr(cvxpy.Problem, "solve", boom)
     jobs = _random_jobs(np.random.default_rng(3), 12, widths=(1, 2, 4, 8))
-    plan = _plan(jobs, 8, ShockwaveConfig(future_rounds=5))
+    plan = _plan(jobs, 8, ShockwaveConfig(future_rounds=5, level_search=False))
     assert plan.path == "greedy"
     assert "solver exploded" in plan.reason
     _check_capacity(plan, jobs, 8)
@@ -381,5 +381,5 @@ def test_policy_counts_deadline_misses_and_packers(monkeypatch):
     pol.select(RoundContext(round_index=0, now_s=0.0, round_duration_s=100.0, num_gpus=2, jobs=views,
                             predictions=preds))
     assert pol.stats["deadline_misses"] == 1
-    assert pol.stats["history"] == [{"round": 0, "path": "constrained", "packer": "urgency", "constrained_jobs": 1,
-                                     "deadline_misses": [1]}]
+    assert pol.stats["history"] == [{"round": 0, "path": "constrained", "packer": "urgency", "solver": "HIGHS",
+                                     "constrained_jobs": 1, "deadline_misses": [1]}]
