@@ -87,6 +87,10 @@ def tabulate(
     dbar = np.array([max(1e-9, float(j.mean_epoch_s)) for j in jobs], dtype=np.float64)
     target = np.array([max(1e-9, float(j.target_finish_s)) for j in jobs], dtype=np.float64)
     n = np.arange(F + 1, dtype=np.float64)
+    # A job whose epoch count is complete but that still has time to run (its batch size changed
+    # within the last epoch, so the epoch count ran ahead of the steps) keeps R / d̄ epochs to go:
+    # otherwise running it would gain no utility and the market would never give it a round.
+    p = np.where((p >= E) & (R > restart), np.maximum(E - (R - restart) / dbar, 0.0), p)
     cap_run = (E - p) * dbar + restart  # run seconds until the last epoch
     planned = np.minimum(n[None, :] * L, cap_run[:, None])  # (N, F+1)
     u = (p[:, None] + np.maximum(planned - restart[:, None], 0.0) / dbar[:, None]) / E[:, None]

@@ -383,3 +383,14 @@ def test_policy_counts_deadline_misses_and_packers(monkeypatch):
     assert pol.stats["deadline_misses"] == 1
     assert pol.stats["history"] == [{"round": 0, "path": "constrained", "packer": "urgency", "solver": "HIGHS",
                                      "constrained_jobs": 1, "deadline_misses": [1]}]
+
+
+def test_a_job_whose_epochs_are_counted_but_not_its_steps_still_gains_from_a_round():
+    # its batch size changed inside the last epoch: all 10 epochs counted, 5 s of steps left
+    done = Job(0, 1, 10, 10, 5.0, 60.0, 900.0)  # already late: rho > 1
+    other = Job(1, 1, 40, 0, 4000.0, 100.0, 50_000.0)
+    config = ShockwaveConfig(future_rounds=4)
+    tables = tabulate([done, other], num_gpus=1, now_s=1000.0, round_duration_s=100.0, config=config)
+    assert tables.utility[0, 1] > tables.utility[0, 0]
+    plan = _plan([done, other], 1, config)
+    assert plan.counts[0] == 1 and 0 in plan.rounds[0]
