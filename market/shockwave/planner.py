@@ -173,11 +173,13 @@ def plan_window(
         if shortfall:
             x, shortfall = pack_counts(counts, tables.width, order, num_gpus, F, config.reopt_rounds)
             packer = "urgency"
-        if shortfall and path != "greedy":
-            # the exact packer, with the deadlines when the plan carries them (else without)
+        missed = deadlines and not shortfall and missed_deadlines(x, tables).size > 0
+        if (shortfall or missed) and path != "greedy":
+            # the exact packer, with the deadlines when the plan carries them (else without): when
+            # the heuristics dropped job-rounds, or when the urgency packer missed a deadline
             exact = rank_milp(counts, tables.width, order, num_gpus, config,
                               *((tables.deadline, tables.n_min) if deadlines else ()))
-            if exact is None and deadlines:
+            if exact is None and deadlines and shortfall:
                 exact = rank_milp(counts, tables.width, order, num_gpus, config)
             if exact is not None:
                 x, shortfall, packer = exact, 0, "rank_milp"

@@ -364,8 +364,13 @@ def test_the_fallback_packer_misses_a_deadline_and_the_plan_reports_it(monkeypat
     plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=config)
     assert plan.path == "constrained" and plan.packer == "contiguous" and plan.deadline_misses == []
     assert 1 in plan.rounds[0]
-    # when the contiguous heuristic fails, the urgency packer's miss is reported, not hidden
+    # when the contiguous heuristic fails, the urgency packer misses and the exact packer repairs it
     monkeypatch.setattr(planner, "pack_contiguous", lambda counts, *a, **k: (np.zeros((len(counts), 2), bool), 1))
+    plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=config)
+    assert plan.path == "constrained" and plan.packer == "rank_milp" and plan.deadline_misses == []
+    assert 1 in plan.market_rounds[0]
+    # and when the exact packer cannot, the urgency packer's miss is reported, not hidden
+    monkeypatch.setattr(planner, "rank_milp", lambda *a, **k: None)
     plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=config)
     assert plan.path == "constrained" and plan.packer == "urgency" and plan.deadline_misses == [1]
 
@@ -376,6 +381,7 @@ def test_policy_counts_deadline_misses_and_packers(monkeypatch):
     jobs, config = _deadline_case()
     views = {j.job_id: JobView(j.job_id, "m", 32, j.scale_factor, 0.1, 10, 0, 0.0) for j in jobs}
     monkeypatch.setattr(planner, "pack_contiguous", lambda counts, *a, **k: (np.zeros((len(counts), 2), bool), 1))
+    monkeypatch.setattr(planner, "rank_milp", lambda *a, **k: None)
     pol = ShockwavePolicy(config)
     preds = {j.job_id: j for j in jobs}
     pol.select(RoundContext(round_index=0, now_s=0.0, round_duration_s=100.0, num_gpus=2, jobs=views,
