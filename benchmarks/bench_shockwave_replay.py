@@ -2,6 +2,12 @@
 
 Usage: python benchmarks/bench_shockwave_replay.py [--config configs/paper_32gpus.toml]
            [--repeat 2] [--binding] [--set key=value ...]
+       python benchmarks/bench_shockwave_replay.py --suite benchmarks/suite/dev_suite.toml [--set ...]
+
+``--suite FILE`` replays Shockwave on every trace of a suite file instead, one replay at a time (so
+wall times are not shared), and prints per trace the wall time, re-plans, what solved them
+(level search or MILP) and per-solve p50/p95/max, against issue 13 item 7's targets: per-solve
+p95 <= 1 s, whole replay <= 40 s for 120-220 jobs and <= 90 s for 900 jobs on 256 GPUs.
 
 Runs ``replay.simulate`` with ``--policy shockwave`` and prints, from the results dictionary: wall
 time, number of re-plans (solves) per path, per-solve seconds p50/p95/max, and the schedule's quality
@@ -49,17 +55,44 @@ def _count_binding(counter: Counter) -> None:
     sw.solve_counts = wrapped
 
 
+def _suite(path: str, overrides: list[str]) -> None:
+    """Replay Shockwave on each trace of a suite file, one at a time, and print the speed figures."""
+    from bench_suite import load_suite
+    from replay.simulate import resolve_run, simulate
+
+    print(f"{'trace':<22}{'jobs':>6}{'GPUs':>6}{'wall s':>9}{'target':>8}{'re-plans':>10}  {'solved by':<24}"
+          f"{'p50 ms':>8}{'p95 ms':>8}{'max ms':>9}")
+    for trace in load_suite(Path(path)):
+        spec = resolve_run(None, trace=trace["path"], throughputs=trace["throughputs_path"], num_gpus=trace["gpus"],
+                           policy="shockwave")
+        spec.config.shockwave = _override(spec.config.shockwave, overrides)
+        started = time.perf_counter()
+        r = simulate(spec)
+        wall = time.perf_counter() - started
+        rp = r["replans"]
+        target = 40.0 if r["num_jobs"] <= 220 else 90.0 if r["num_jobs"] <= 900 else float("inf")
+        ok = "yes" if wall <= target and rp["solve_s_p95"] <= 1.0 else "NO"
+        solvers = ", ".join(f"{k} {v}" for k, v in sorted(rp.get("solvers", {}).items()))
+        print(f"{trace['name']:<22}{r['num_jobs']:>6}{r['num_gpus']:>6}{wall:>9.1f}{f'{target:.0f} {ok}':>8}"
+              f"{rp['total']:>10}  {solvers:<24}{1e3 * rp['solve_s_p50']:>8.1f}{1e3 * rp['solve_s_p95']:>8.1f}"
+              f"{1e3 * rp['solve_s_max']:>9.1f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=None, help="run configuration (default: configs/paper_32gpus.toml)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--binding", action="store_true")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--suite", help="a suite file (benchmarks/suite/*.toml): replay each of its traces")
     args = ap.parse_args()
 
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings only
+    if args.suite:
+        _suite(args.suite, args.set)
+        return
     from replay.simulate import resolve_run, simulate
 
     binding: Counter = Counter()

@@ -12,8 +12,9 @@ knobs for the ``shockwave`` cells (e.g. ``--set restart_cost=true``); a policy n
 ``shockwave@FILE.toml`` replays Shockwave with that configuration's [shockwave] section (e.g. a
 preset). Printed per trace: offered load, then per policy makespan, average JCT, worst rho, unfair
 fraction (rho > 1.05), each with its ratio to max-min fairness, and wall seconds; ``--out`` writes
-every cell's figures as JSON, rewritten after each cell. ``--markdown`` prints instead one table of every cell (the README's
-suite table); ``--from FILE`` prints it from a saved ``--out`` file without replaying.
+every cell's figures as JSON, rewritten after each cell. ``--markdown`` prints instead one table of
+every cell (the README's suite table) and one of Shockwave's ratios against issue 13 item 5's
+targets; ``--from FILE`` prints them from a saved ``--out`` file without replaying.
 
 This suite is where the project's defaults are chosen; the canonical trace is never part of it.
 """
@@ -93,10 +94,28 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     r = simulate(spec)
     out = {k: r[k] for k in METRICS}
     out["wall_s"] = time.perf_counter() - started
+    out.update(separating_figures(r))
     if "replans" in r:
         out["solve_s_p95"] = r["replans"]["solve_s_p95"]
         out["deadline_misses"] = r["replans"].get("deadline_misses", 0)
     return out
+
+
+def separating_figures(results: dict) -> dict:
+    """Figures that still separate the policies where the targets cannot (issue 13 item 5).
+
+    ``mean_rho``: the mean finish-time fairness ratio over all jobs; in overload most jobs end
+    above rho = 1.05 under every policy, so the unfair fraction saturates while the mean still
+    tells how late they are. ``makespan_floor_s``: no policy can finish sooner, the larger of the
+    latest arrival + isolated runtime and the total isolated GPU-seconds over G (t = 0 at the first
+    arrival, as the makespan); its ratio to max-min fairness's makespan is the best ratio any
+    policy can reach.
+    """
+    jobs = results["jobs"]
+    start = min(j["arrival_s"] for j in jobs)
+    last = max(j["arrival_s"] - start + j["isolated_runtime_s"] for j in jobs)
+    work = sum(j["isolated_runtime_s"] * j["scale_factor"] for j in jobs) / results["num_gpus"]
+    return {"mean_rho": sum(j["rho"] for j in jobs) / len(jobs), "makespan_floor_s": max(last, work)}
 
 
 def override_shockwave(config, pairs: list[str]):
@@ -123,16 +142,18 @@ LEGENDS = {"shockwave": "Shockwave", "shockwave@configs/shockwave_reference.toml
 
 def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
     """One markdown table: per trace and policy, makespan / average JCT / worst rho / unfair
-    fraction (ratio to max-min fairness on the same trace), wall seconds and, for Shockwave, the
-    per-solve p95 seconds."""
+    fraction / mean rho (ratio to max-min fairness on the same trace), wall seconds and, for
+    Shockwave, the per-solve p95 seconds; each trace's label gives its makespan floor over max-min
+    fairness's makespan (:func:`separating_figures`)."""
     by = {(c["trace"], c["policy"]): c for c in cells}
     order = {name: i for i, name in enumerate(gpus)}  # the suite file's order
     traces = sorted(dict.fromkeys(c["trace"] for c in cells), key=lambda t: order.get(t, len(order)))
     known = list(LEGENDS)
     policies = sorted(dict.fromkeys(c["policy"] for c in cells),
                       key=lambda p: known.index(p) if p in known else len(known))
-    lines = ["| trace (jobs, GPUs, load) | policy | makespan s | avg JCT s | worst ρ | unfair % | wall s | solve p95 s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| trace (jobs, GPUs, load, floor) | policy | makespan s | avg JCT s | worst ρ | unfair % | mean ρ | wall s "
+             "| solve p95 s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for t in traces:
         n, load = loads[t]
         base = by.get((t, "max_min_fairness"), {})
@@ -140,20 +161,55 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
             r = by.get((t, p))
             if r is None:
                 continue
-            label = f"{t} ({n}, {gpus.get(t, '?')}, load {load:.1f})"
+            floor = (f", floor {base['makespan_floor_s'] / base['makespan_s']:.2f}×"
+                     if base.get("makespan_floor_s") and base.get("makespan_s") else "")
+            label = f"{t} ({n}, {gpus.get(t, '?')}, load {load:.1f}{floor})"
             if "error" in r:
-                lines.append(f"| {label} | {LEGENDS.get(p, p)} | {r['error']} | | | | | |")
+                lines.append(f"| {label} | {LEGENDS.get(p, p)} | {r['error']} | | | | | | |")
                 continue
 
             def cell(key: str, spec: str, scale: float = 1.0) -> str:
+                if key not in r:
+                    return "—"
                 text = spec.format(r[key] * scale)
                 if p != "max_min_fairness" and base.get(key):
                     text += f" ({r[key] / base[key]:.2f}×)"
                 return text
 
             lines.append(f"| {label} | {LEGENDS.get(p, p)} | {cell('makespan_s', '{:,.0f}')} | {cell('avg_jct_s', '{:,.0f}')} | "
-                         f"{cell('worst_rho', '{:.2f}')} | {cell('unfair_fraction_1_05', '{:.1f}', 100.0)} | {r['wall_s']:.0f} | "
+                         f"{cell('worst_rho', '{:.2f}')} | {cell('unfair_fraction_1_05', '{:.1f}', 100.0)} | "
+                         f"{cell('mean_rho', '{:.2f}')} | {r['wall_s']:.0f} | "
                          + (f"{r['solve_s_p95']:.2f} |" if r.get("solve_s_p95") is not None else "— |"))
+    return "\n".join(lines)
+
+
+TARGETS = {"makespan_s": 0.85, "avg_jct_s": 1.00, "worst_rho": 0.80, "unfair_fraction_1_05": 0.75}
+
+
+def targets(cells: list[dict], policy: str = "shockwave") -> str:
+    """Markdown: per trace, ``policy``'s ratios to max-min fairness against issue 13 item 5's targets
+    (makespan <= 0.85x, average JCT <= 1.00x, worst rho <= 0.80x, unfair fraction <= 0.75x; "n/a"
+    when max-min fairness has no unfair job), the makespan floor's ratio (the best any policy can
+    reach), the mean rho ratio, and the replay's wall seconds and per-solve p95."""
+    by = {(c["trace"], c["policy"]): c for c in cells}
+    lines = ["| trace | makespan (floor) | avg JCT | worst ρ | unfair | mean ρ | wall s | solve p95 s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for t in dict.fromkeys(c["trace"] for c in cells):
+        r, base = by.get((t, policy)), by.get((t, "max_min_fairness"))
+        if not r or not base or "error" in r or "error" in base:
+            continue
+
+        def mark(key: str) -> str:
+            if not base.get(key):
+                return "n/a"
+            ratio = r[key] / base[key]
+            return f"{ratio:.2f}× {'✓' if ratio <= TARGETS[key] + 1e-9 else '✗'}"
+
+        floor = f" ({base['makespan_floor_s'] / base['makespan_s']:.2f}×)" if base.get("makespan_floor_s") else ""
+        mean = f"{r['mean_rho'] / base['mean_rho']:.2f}×" if base.get("mean_rho") and "mean_rho" in r else "—"
+        p95 = f"{r['solve_s_p95']:.2f}" if r.get("solve_s_p95") is not None else "—"
+        lines.append(f"| {t} | {mark('makespan_s')}{floor} | {mark('avg_jct_s')} | {mark('worst_rho')} | "
+                     f"{mark('unfair_fraction_1_05')} | {mean} | {r['wall_s']:.0f} | {p95} |")
     return "\n".join(lines)
 
 
@@ -182,6 +238,8 @@ def main() -> None:
         saved = json.loads(Path(args.saved).read_text())
         gpus = {t["name"]: t["gpus"] for t in tomllib.loads(Path(args.suite).read_text())["trace"]}
         print(markdown({k: tuple(v) for k, v in saved["loads"].items()}, saved["cells"], gpus))
+        print()
+        print(targets(saved["cells"]))
         return
 
     suite = load_suite(Path(args.suite))
@@ -208,8 +266,10 @@ def main() -> None:
     if args.set:
         print(f"[shockwave] overrides: {' '.join(args.set)}")
     if args.markdown:
-        print(markdown(loads, [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()],
-                       {t["name"]: t["gpus"] for t in suite}))
+        cells_done = [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()]
+        print(markdown(loads, cells_done, {t["name"]: t["gpus"] for t in suite}))
+        print()
+        print(targets(cells_done))
     for t in ([] if args.markdown else suite):
         n, load = loads[t["name"]]
         print(f"\n{t['name']}: {n} jobs, {t['gpus']} GPUs, offered load {load:.2f}")
