@@ -14,7 +14,8 @@ preset). Printed per trace: offered load, then per policy makespan, average JCT,
 fraction (rho > 1.05), each with its ratio to max-min fairness, and wall seconds; ``--out`` writes
 every cell's figures as JSON, rewritten after each cell. ``--markdown`` prints instead one table of
 every cell (the README's suite table) and one of Shockwave's ratios against issue 13 item 5's
-targets; ``--from FILE`` prints them from a saved ``--out`` file without replaying.
+targets; ``--from FILE`` prints them from a saved ``--out`` file without replaying; ``--summary
+FILE ...`` compares saved runs made with different ``--set`` overrides (the choice of defaults).
 
 This suite is where the project's defaults are chosen; the canonical trace is never part of it.
 """
@@ -25,6 +26,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import os
 import sys
 import time
@@ -213,6 +215,41 @@ def targets(cells: list[dict], policy: str = "shockwave") -> str:
     return "\n".join(lines)
 
 
+def summary(paths: list[str], policy: str = "shockwave") -> str:
+    """Markdown: one row per saved ``--out`` file (a run of the suite with its ``--set`` overrides):
+    how many of item 5's targets ``policy`` meets, and the geometric means over the traces of its
+    ratios to max-min fairness (makespan, average JCT, worst rho, unfair fraction, mean rho). The
+    max-min cells may come from any of the files. Rows: most targets met first, then the smallest
+    product of the five means (how the defaults were chosen)."""
+    saved = [json.loads(Path(p).read_text()) for p in paths]
+    base = {c["trace"]: c for d in saved for c in d["cells"] if c["policy"] == "max_min_fairness" and "error" not in c}
+    keys = [*TARGETS, "mean_rho"]
+    rows = []
+    for path, d in zip(paths, saved):
+        cells = [c for c in d["cells"] if c["policy"] == policy and "error" not in c and c["trace"] in base]
+        if not cells:
+            continue
+        met = total = 0
+        logs = dict.fromkeys(keys, 0.0)
+        for c in cells:
+            b = base[c["trace"]]
+            for key, limit in TARGETS.items():
+                if b.get(key):
+                    total += 1
+                    met += c[key] / b[key] <= limit + 1e-9
+            for key in keys:
+                if b.get(key) and c.get(key):
+                    logs[key] += math.log(c[key] / b[key])
+        means = {k: math.exp(v / len(cells)) for k, v in logs.items()}
+        label = " ".join(f"`{o}`" for o in d.get("overrides") or []) or "defaults"
+        rows.append((-met, sum(logs.values()), label, met, total, len(cells), means))
+    lines = ["| setting | traces | targets met | makespan | avg JCT | worst ρ | unfair | mean ρ |",
+             "|---|---|---|---|---|---|---|---|"]
+    for _, _, label, met, total, n, means in sorted(rows):
+        lines.append(f"| {label} | {n} | {met}/{total} | " + " | ".join(f"{means[k]:.3f}" for k in keys) + " |")
+    return "\n".join(lines)
+
+
 def _save(path: Path, overrides: list[str], loads: dict, results: dict) -> None:
     """Write the cells finished so far (a temporary file renamed over ``path``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -233,7 +270,12 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("--markdown", action="store_true", help="print one markdown table of every cell")
     ap.add_argument("--from", dest="saved", help="a saved --out file: print its tables, replay nothing")
+    ap.add_argument("--summary", nargs="+", metavar="FILE",
+                    help="saved --out files (runs with different --set): one row each, replay nothing")
     args = ap.parse_args()
+    if args.summary:
+        print(summary(args.summary))
+        return
     if args.saved:
         saved = json.loads(Path(args.saved).read_text())
         gpus = {t["name"]: t["gpus"] for t in tomllib.loads(Path(args.suite).read_text())["trace"]}

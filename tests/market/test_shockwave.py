@@ -11,20 +11,14 @@ from hypothesis import strategies as st
 from market.base import JobView, RoundContext
 from market.shockwave import ShockwaveConfig, ShockwavePolicy, plan_input, pack_contiguous, pack_counts, plan_window, tabulate
 from market.solver import choose_solver, solver_options
+from tests.plan_jobs import random_jobs
 
 
 Job = plan_input
 
 
 def _random_jobs(rng: np.random.Generator, n: int, widths=(1, 2, 4), now: float = 1000.0) -> list[Job]:
-    jobs = []
-    for i in range(n):
-        E = int(rng.integers(2, 40))
-        p = int(rng.integers(0, E))
-        d = float(rng.uniform(20.0, 200.0))
-        R = (E - p) * d * float(rng.uniform(0.6, 1.4))
-        jobs.append(Job(i, int(rng.choice(widths)), E, p, R, d, now + R * float(rng.uniform(0.3, 4.0))))
-    return jobs
+    return random_jobs(rng, n, widths=widths, now=now)
 
 
 def _plan(jobs, G, config, now=1000.0, L=100.0):

@@ -8,20 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from market.shockwave import ShockwaveConfig, SolverFailure, plan_input, solve_counts, tabulate
+from market.shockwave import ShockwaveConfig, SolverFailure, solve_counts, tabulate
 from market.shockwave.levels import single_capacity, solve_by_levels
 from market.shockwave.milp import _coefficients
+from tests.plan_jobs import random_jobs
 
 
 def _jobs(rng: np.random.Generator, n: int, widths=(1, 2, 4, 8), now: float = 5000.0):
-    out = []
-    for i in range(n):
-        E = int(rng.integers(2, 60))
-        p = int(rng.integers(0, E))
-        d = float(rng.uniform(20.0, 400.0))
-        R = (E - p) * d * float(rng.uniform(0.6, 1.4))
-        out.append(plan_input(i, int(rng.choice(widths)), E, p, R, d, now + R * float(rng.uniform(0.2, 4.0))))
-    return out
+    return random_jobs(rng, n, widths=widths, now=now, max_epochs=60, max_epoch_s=400.0, earliest_target=0.2)
 
 
 def _tables(jobs, G, config, now=5000.0, L=120.0):
