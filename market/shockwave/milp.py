@@ -133,9 +133,12 @@ def solve_counts(
         SolverFailure: infeasible, no solution, or a solver error (message gives the status).
     """
     N, F = len(tables.ids), config.future_rounds
-    a, left_ks, b, _ = _coefficients(tables, config)
+    a, left_ks, b, scale = _coefficients(tables, config)
     if config.formulation == "round_count" and config.level_search:
-        counts = solve_by_levels(tables, a, left_ks, b, num_gpus=num_gpus, config=config,
+        # the gains before the solver's rounding of tiny coefficients to 0, which can break their
+        # concavity where a large k scales them down (scale_256gpus.toml: k = 1e5)
+        gains = (tables.utility - tables.utility[:, :1]) * scale
+        counts = solve_by_levels(tables, gains, left_ks, b, num_gpus=num_gpus, config=config,
                                  with_fairness=with_fairness)
         if counts is not None:
             return CountsSolution(counts, None, "levels")
