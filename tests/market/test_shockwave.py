@@ -180,7 +180,7 @@ def _view(job_id: int, sf: int = 1) -> JobView:
 
 
 def test_policy_replans_on_triggers_and_serves_cache():
-    pol = ShockwavePolicy(ShockwaveConfig(future_rounds=10, reopt_rounds=4))
+    pol = ShockwavePolicy(ShockwaveConfig(future_rounds=10, reopt_rounds=4, replan_on_batch_size_change=True))
     jobs = {i: _view(i, 1 + (i % 2)) for i in range(5)}
 
     def ctx(r, **kw):
