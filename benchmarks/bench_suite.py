@@ -188,6 +188,11 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
 TARGETS = {"makespan_s": 0.85, "avg_jct_s": 1.00, "worst_rho": 0.80, "unfair_fraction_1_05": 0.75}
 
 
+def meets(key: str, ratio: float) -> bool:
+    """Whether a ratio to max-min fairness meets issue 13 item 5's target for ``key``."""
+    return ratio <= TARGETS[key] + 1e-9
+
+
 def targets(cells: list[dict], policy: str = "shockwave") -> str:
     """Markdown: per trace, ``policy``'s ratios to max-min fairness against issue 13 item 5's targets
     (makespan <= 0.85x, average JCT <= 1.00x, worst rho <= 0.80x, unfair fraction <= 0.75x; "n/a"
@@ -205,7 +210,7 @@ def targets(cells: list[dict], policy: str = "shockwave") -> str:
             if not base.get(key):
                 return "n/a"
             ratio = r[key] / base[key]
-            return f"{ratio:.2f}× {'✓' if ratio <= TARGETS[key] + 1e-9 else '✗'}"
+            return f"{ratio:.2f}× {'✓' if meets(key, ratio) else '✗'}"
 
         floor = f" ({base['makespan_floor_s'] / base['makespan_s']:.2f}×)" if base.get("makespan_floor_s") else ""
         mean = f"{r['mean_rho'] / base['mean_rho']:.2f}×" if base.get("mean_rho") and "mean_rho" in r else "—"
@@ -233,10 +238,10 @@ def summary(paths: list[str], policy: str = "shockwave") -> str:
         logs = dict.fromkeys(keys, 0.0)
         for c in cells:
             b = base[c["trace"]]
-            for key, limit in TARGETS.items():
+            for key in TARGETS:
                 if b.get(key):
                     total += 1
-                    met += c[key] / b[key] <= limit + 1e-9
+                    met += meets(key, c[key] / b[key])
             for key in keys:
                 if b.get(key) and c.get(key):
                     logs[key] += math.log(c[key] / b[key])

@@ -40,7 +40,7 @@ import heapq
 import numpy as np
 
 from market.shockwave.config import ShockwaveConfig
-from market.shockwave.tables import Tables, width_classes
+from market.shockwave.tables import Tables, wide_job_rows, width_classes
 
 #: Deterministic limit: level evaluations per solve before the MILP takes over.
 MAX_EVALUATIONS = 256
@@ -57,14 +57,9 @@ def single_capacity(width: np.ndarray, num_gpus: int) -> float | None:
     caps = {cap for _, cap in width_classes(width, num_gpus)}
     if len(caps) != 1:
         return None
-    big = width * 2 > num_gpus
-    if big.sum() > 1:
+    big, conflict = wide_job_rows(width, num_gpus)
+    if big.sum() > 1 or conflict.any():
         return None
-    if big.any():
-        conflict = (width[:, None] + width[None, :] > num_gpus) & big[None, :]
-        np.fill_diagonal(conflict, False)
-        if conflict.any():
-            return None
     return caps.pop()
 
 
@@ -82,7 +77,8 @@ def solve_by_levels(
 
     Args:
         tables: the window's tables (widths, n_min, n_max).
-        a: (N, F+1) objective gains a_j(n), 0 at n = 0 (``milp._coefficients``' scaled units).
+        a: (N, F+1) objective gains a_j(n), 0 at n = 0 (``milp._coefficients``' scaled units,
+            not rounded).
         left: (N, F+1) leftover of each n in the same units as ``b`` (kiloseconds).
         b: weight of the largest leftover z.
         num_gpus: G.

@@ -9,7 +9,7 @@ import structlog
 
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.levels import solve_by_levels
-from market.shockwave.tables import Tables, width_classes
+from market.shockwave.tables import Tables, wide_job_rows, width_classes
 
 
 log = structlog.get_logger()
@@ -98,7 +98,9 @@ class SolverFailure(RuntimeError):
 def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, np.ndarray, float, float]:
     """(a, left_ks, b, scale): maximise scale * (sum a*y - b z) with z >= leftover in ks.
 
-    a = N F-scaled objective units: a[j, n] = P_j (U_j(n) - U_j(0)); b = k * 1000 * N F.
+    a = N F-scaled objective units: a[j, n] = P_j (U_j(n) - U_j(0)); b = k * 1000 * N F. ``a`` is
+    exact here; the MILP rounds its tiny entries to 0 (:func:`solve_counts`), which the level search
+    must not see (it can break their concavity where a large k scales them down).
     """
     N, F = len(tables.ids), config.future_rounds
     a = tables.utility - tables.utility[:, :1]
@@ -107,7 +109,6 @@ def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, 
     biggest = max(float(np.abs(a).max(initial=0.0)), b, 1e-12)
     scale = min(1.0, 1e7 / biggest) if biggest > 1e7 else 1.0
     a = a * scale
-    a[np.abs(a) < 1e-6] = 0.0
     left_ks = np.where(left_ks < 1e-6, 0.0, left_ks)
     return a, left_ks, b * scale, scale
 
@@ -133,15 +134,13 @@ def solve_counts(
         SolverFailure: infeasible, no solution, or a solver error (message gives the status).
     """
     N, F = len(tables.ids), config.future_rounds
-    a, left_ks, b, scale = _coefficients(tables, config)
+    a, left_ks, b, _ = _coefficients(tables, config)
     if config.formulation == "round_count" and config.level_search:
-        # the gains before the solver's rounding of tiny coefficients to 0, which can break their
-        # concavity where a large k scales them down (scale_256gpus.toml: k = 1e5)
-        gains = (tables.utility - tables.utility[:, :1]) * scale
-        counts = solve_by_levels(tables, gains, left_ks, b, num_gpus=num_gpus, config=config,
+        counts = solve_by_levels(tables, a, left_ks, b, num_gpus=num_gpus, config=config,
                                  with_fairness=with_fairness)
         if counts is not None:
             return CountsSolution(counts, None, "levels")
+    a = np.where(np.abs(a) < 1e-6, 0.0, a)  # HiGHS would drop such coefficients from its bound anyway
     import cvxpy as cp
 
     import scipy.sparse as sp
@@ -175,11 +174,9 @@ def solve_counts(
         cons.append(sp.csr_matrix(M) @ y <= caps)
         # Jobs wider than G/2 never share a round with each other, nor with a job j when
         # w_j + w_k > G: n_j + sum of such n_k <= F (binds only on small clusters).
-        big = tables.width * 2 > num_gpus
+        big, conflict = wide_job_rows(tables.width, num_gpus)
         if big.sum() > 1:
             cons.append(sp.csr_matrix((big[jk] * nk).astype(np.float64)[None, :]) @ y <= F)
-        conflict = (tables.width[:, None] + tables.width[None, :] > num_gpus) & big[None, :]
-        np.fill_diagonal(conflict, False)
         lonely = np.flatnonzero(conflict.any(axis=1))
         if lonely.size:
             C = conflict[lonely].astype(np.float64)  # (J, N)

@@ -121,8 +121,8 @@ def plan_window(
         # the reference's first solve: unweighted utilities under constraint 5 (§4.6)
         try:
             counts, x, solver = solve_counts(dataclasses.replace(tables, utility=tables.plain_utility),
-                                             num_gpus=num_gpus,
-                                     config=config, with_fairness=bool(tables.constrained.any()))
+                                             num_gpus=num_gpus, config=config,
+                                             with_fairness=bool(tables.constrained.any()))
         except SolverFailure as err:
             path, reason = "fallback", f"fairness constraints: {err}"
     elif tables.constrained.any():

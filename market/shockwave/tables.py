@@ -175,6 +175,17 @@ def width_classes(width: np.ndarray, num_gpus: int) -> list[tuple[int, float]]:
     return out
 
 
+def wide_job_rows(width: np.ndarray, num_gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    """The round-count model's rows for jobs wider than G/2 (they share a round with no other such
+    job, nor with a job j when w_j + w_k > G): (big (N,) bool, conflict (N, N) bool), conflict[j, k]
+    when the big job k cannot share a round with job j (diagonal False)."""
+    width = np.asarray(width, dtype=np.int64)
+    big = width * 2 > num_gpus
+    conflict = (width[:, None] + width[None, :] > num_gpus) & big[None, :]
+    np.fill_diagonal(conflict, False)
+    return big, conflict
+
+
 def evaluate_counts(tables: Tables, counts: np.ndarray, config: ShockwaveConfig) -> float:
     """sum_j P_j U_j(n_j) / (N F) - k max_j leftover_j(n_j) (seconds) for counts n (shape (N,))."""
     N = len(tables.ids)
