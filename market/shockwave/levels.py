@@ -2,7 +2,7 @@
 
 The round-count model (docs/reference.md §4.6, :func:`market.shockwave.milp.solve_counts`) is
 
-    maximise  sum_j a_j(n_j) - b z
+    maximise  sum_j a_j(n_j) - c(z),   c(z) = b z + e max(0, z - spare)
     s.t.      z >= left_j(n_j) for every j,   lo_j <= n_j <= hi_j,   capacity,
 
 with a_j nondecreasing and left_j nonincreasing in n. Its LP relaxation is weak: the fractional
@@ -14,13 +14,13 @@ left_j(n) <= l, and what remains is a separable concave knapsack:
 
     inner(l) = max sum_j a_j(n_j)  s.t.  m_j(l) <= n_j <= hi_j,  sum_j w_j n_j <= C,
 
-and the optimum is max_l inner(l) - b l. Here C = F x (per-round capacity) when the model's width
+and the optimum is max_l inner(l) - c(l). Here C = F x (per-round capacity) when the model's width
 class rows all have the same capacity and no job is wider than half the cluster beside another it
 conflicts with: then every class row is implied by the first, and that knapsack is the whole model.
 
 Bounds: the greedy fractional knapsack over the increments a_j(n+1) - a_j(n) (best ratio to w_j
 first; with concave a_j it is the LP optimum) gives UB(l) >= inner(l), and UB is nondecreasing in l,
-so on an interval of levels [l_i, l_k], max inner(l) - b l <= UB(l_k) - b l_i. Solutions: the same
+and c is nondecreasing, so on an interval of levels [l_i, l_k], max inner(l) - c(l) <= UB(l_k) - c(l_i). Solutions: the same
 greedy with the fractional increment dropped and the room left filled by increments that fit
 gives an integer plan at every level evaluated; its true objective (with its own largest leftover)
 is a lower bound. A best-bound search over intervals of levels (split in halves) stops when no
@@ -40,7 +40,7 @@ import heapq
 import numpy as np
 
 from market.shockwave.config import ShockwaveConfig
-from market.shockwave.tables import Tables, wide_job_rows, width_classes
+from market.shockwave.tables import LeftoverPenalty, Tables, wide_job_rows, width_classes
 
 #: Deterministic limit: level evaluations per solve before the MILP takes over.
 MAX_EVALUATIONS = 256
@@ -67,7 +67,7 @@ def solve_by_levels(
     tables: Tables,
     a: np.ndarray,
     left: np.ndarray,
-    b: float,
+    charge: LeftoverPenalty,
     *,
     num_gpus: int,
     config: ShockwaveConfig,
@@ -79,14 +79,14 @@ def solve_by_levels(
         tables: the window's tables (widths, n_min, n_max).
         a: (N, F+1) objective gains a_j(n), 0 at n = 0 (``milp._coefficients``' scaled units,
             not rounded).
-        left: (N, F+1) leftover of each n in the same units as ``b`` (kiloseconds).
-        b: weight of the largest leftover z.
+        left: (N, F+1) leftover of each n in the units of ``charge`` (kiloseconds).
+        charge: the objective's charge c(z) for the largest leftover z.
         num_gpus: G.
         config: gives F (``future_rounds``) and the relative gap ``rel_gap``.
         with_fairness: n_j >= n_min_j (the fairness constraints) or n_j >= 0.
 
     Returns:
-        counts (N,) int64 whose objective sum a - b max left is within ``rel_gap`` of the model's
+        counts (N,) int64 whose objective sum a - c(max left) is within ``rel_gap`` of the model's
         optimum, or None when the level search does not apply or cannot certify that (module
         docstring); infeasible models also give None.
     """
@@ -145,7 +145,7 @@ def solve_by_levels(
                 r -= int(wi[idx])
                 if r == 0:
                     break
-        return ub, n, float(a[rows, n].sum() - b * left[rows, n].max())
+        return ub, n, float(a[rows, n].sum() - charge(float(left[rows, n].max())))
 
     last = len(levels) - 1
     if evaluate(levels[last]) is None:
@@ -169,7 +169,7 @@ def solve_by_levels(
                 best[0], best[1] = out[2], out[1]
         return seen[i][0]
 
-    heap = [(-(ub_at(last) - b * levels[first]), first, last)]
+    heap = [(-(ub_at(last) - charge(levels[first])), first, last)]
     ub_at(first)
     while True:  # each pop returns or pushes two halves, so the heap never empties
         negative_bound, i, k = heapq.heappop(heap)
@@ -178,6 +178,6 @@ def solve_by_levels(
         if i == k or len(seen) >= MAX_EVALUATIONS:
             return None
         mid = (i + k) // 2
-        heapq.heappush(heap, (-(ub_at(mid) - b * levels[i]), i, mid))
-        heapq.heappush(heap, (-(ub_at(k) - b * levels[mid + 1]), mid + 1, k))
+        heapq.heappush(heap, (-(ub_at(mid) - charge(levels[i])), i, mid))
+        heapq.heappush(heap, (-(ub_at(k) - charge(levels[mid + 1])), mid + 1, k))
         ub_at(mid + 1)

@@ -9,7 +9,7 @@ import structlog
 
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.levels import solve_by_levels
-from market.shockwave.tables import Tables, wide_job_rows, width_classes
+from market.shockwave.tables import LeftoverPenalty, Tables, wide_job_rows, width_classes
 
 
 log = structlog.get_logger()
@@ -95,22 +95,25 @@ class SolverFailure(RuntimeError):
     """The solver returned no usable solution (the message says why)."""
 
 
-def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """(a, left_ks, b, scale): maximise scale * (sum a*y - b z) with z >= leftover in ks.
+def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, np.ndarray, LeftoverPenalty, float]:
+    """(a, left_ks, charge, scale): maximise scale * (sum a*y - charge(z)) with z >= leftover in ks.
 
-    a = N F-scaled objective units: a[j, n] = P_j (U_j(n) - U_j(0)); b = k * 1000 * N F. ``a`` is
-    exact here; the MILP rounds its tiny entries to 0 (:func:`solve_counts`), which the level search
-    must not see (it can break their concavity where a large k scales them down).
+    a = N F-scaled objective units: a[j, n] = P_j (U_j(n) - U_j(0)); charge(z) = b z + e max(0,
+    z - spare) with b = k * 1000 * N F, e = makespan_k * 1000 * N F and spare the window's spare
+    leftover in ks. ``a`` is exact here; the MILP rounds its tiny entries to 0
+    (:func:`solve_counts`), which the level search must not see (it can break their concavity
+    where a large k scales them down).
     """
     N, F = len(tables.ids), config.future_rounds
     a = tables.utility - tables.utility[:, :1]
     left_ks = tables.leftover / 1000.0
     b = config.k * 1000.0 * N * F
-    biggest = max(float(np.abs(a).max(initial=0.0)), b, 1e-12)
+    e = config.makespan_k * 1000.0 * N * F
+    biggest = max(float(np.abs(a).max(initial=0.0)), b + e, 1e-12)
     scale = min(1.0, 1e7 / biggest) if biggest > 1e7 else 1.0
     a = a * scale
     left_ks = np.where(left_ks < 1e-6, 0.0, left_ks)
-    return a, left_ks, b * scale, scale
+    return a, left_ks, LeftoverPenalty(b * scale, e * scale, tables.spare_leftover / 1000.0), scale
 
 
 class CountsSolution(NamedTuple):
@@ -134,9 +137,9 @@ def solve_counts(
         SolverFailure: infeasible, no solution, or a solver error (message gives the status).
     """
     N, F = len(tables.ids), config.future_rounds
-    a, left_ks, b, _ = _coefficients(tables, config)
+    a, left_ks, charge, _ = _coefficients(tables, config)
     if config.formulation == "round_count" and config.level_search:
-        counts = solve_by_levels(tables, a, left_ks, b, num_gpus=num_gpus, config=config,
+        counts = solve_by_levels(tables, a, left_ks, charge, num_gpus=num_gpus, config=config,
                                  with_fairness=with_fairness)
         if counts is not None:
             return CountsSolution(counts, None, "levels")
@@ -187,7 +190,12 @@ def solve_counts(
         x = cp.Variable((N, F), boolean=True)
         cons += [cp.sum(x, axis=1) == count_of @ y, w @ x <= num_gpus]
     a = a[jk, nk]
-    problem = cp.Problem(cp.Maximize(a @ y - b * z), cons)
+    penalty = charge.b * z
+    if charge.excess:
+        over = cp.Variable(nonneg=True)  # the largest leftover beyond the work bound
+        cons.append(over >= z - charge.spare)
+        penalty = penalty + charge.excess * over
+    problem = cp.Problem(cp.Maximize(a @ y - penalty), cons)
     solver, opts = _solver_and_options(config)
     try:
         problem.solve(solver=solver, **opts)

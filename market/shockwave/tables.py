@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -50,6 +50,7 @@ class Tables:
     slack: np.ndarray  # (N,) rhomax FTobj - now - R, seconds
     remaining: np.ndarray  # (N,) R
     deadline: np.ndarray  # (N,) rounds 1..F by whose end a constrained job's rounds must be placed
+    spare_leftover: float = 0.0  # seconds of leftover after the window that keep within the work bound
     plain_utility: np.ndarray | None = None  # (N, F+1) U_j(n), unweighted (fairness "reference" only)
     infeasible: bool = False  # fairness "reference": some job cannot meet the constraint (fallback)
 
@@ -98,6 +99,10 @@ def tabulate(
     n_max = np.minimum(F, np.ceil(np.maximum(cap_run, R) / L - 1e-9)).astype(np.int64)
     n_max = np.where(width > num_gpus, 0, np.maximum(n_max, 0))
 
+    # The work bound: the active jobs' remaining GPU-seconds over G. A leftover after the window
+    # beyond it, less the window, ends the job after the cluster could have finished all present work.
+    runnable = width <= num_gpus
+    spare = max(0.0, float(width[runnable] @ R[runnable]) / max(num_gpus, 1) - F * L) if N else 0.0
     share = min(1.0, num_gpus / max(N, 1))
     rho = (now_s + R / share) / target
     priority = np.ones(N)
@@ -120,7 +125,8 @@ def tabulate(
         return Tables(
             ids=[int(j.job_id) for j in jobs], width=width, utility=utility, leftover=leftover, n_max=n_max,
             n_min=n_min, constrained=n_min > 0, priority=priority, rho=rho, slack=bound - now_s - R, remaining=R,
-            deadline=np.full(N, F, dtype=np.int64), plain_utility=plain, infeasible=not feasible,
+            deadline=np.full(N, F, dtype=np.int64), spare_leftover=spare, plain_utility=plain,
+            infeasible=not feasible,
         )
 
     # Fairness: FT(n) = now + R if leftover(n) == 0 else now + F L + leftover(n) / share.
@@ -151,6 +157,7 @@ def tabulate(
         slack=slack,
         remaining=R,
         deadline=deadline,
+        spare_leftover=spare,
     )
 
 
@@ -186,11 +193,28 @@ def wide_job_rows(width: np.ndarray, num_gpus: int) -> tuple[np.ndarray, np.ndar
     return big, conflict
 
 
+class LeftoverPenalty(NamedTuple):
+    """The objective's charge for the largest leftover z: b z + excess max(0, z - spare).
+
+    b = k and excess = makespan_k in the objective's units; spare = the window's
+    ``Tables.spare_leftover`` in the same units as z. Nondecreasing and convex in z.
+    """
+
+    b: float
+    excess: float = 0.0
+    spare: float = 0.0
+
+    def __call__(self, z: float) -> float:
+        return self.b * z + (self.excess * max(0.0, z - self.spare) if self.excess else 0.0)
+
+
 def evaluate_counts(tables: Tables, counts: np.ndarray, config: ShockwaveConfig) -> float:
-    """sum_j P_j U_j(n_j) / (N F) - k max_j leftover_j(n_j) (seconds) for counts n (shape (N,))."""
+    """sum_j P_j U_j(n_j) / (N F) - k z - makespan_k max(0, z - spare), z = max_j leftover_j(n_j)
+    (seconds), for counts n (shape (N,))."""
     N = len(tables.ids)
     if N == 0:
         return 0.0
     rows = np.arange(N)
     welfare = tables.utility[rows, counts].sum() / (N * config.future_rounds)
-    return float(welfare - config.k * tables.leftover[rows, counts].max())
+    charge = LeftoverPenalty(config.k, config.makespan_k, tables.spare_leftover)
+    return float(welfare - charge(float(tables.leftover[rows, counts].max())))

@@ -55,9 +55,10 @@ def _binding_instance():
 
 def test_fairness_constraint_binds_and_holds():
     jobs = _binding_instance()
-    free = _plan(jobs, 1, ShockwaveConfig(future_rounds=4, lam=0.0, rhomax=100.0), now=0.0)
+    reference = dict(k=1e-3, makespan_k=0.0)  # the reference's objective
+    free = _plan(jobs, 1, ShockwaveConfig(future_rounds=4, lam=0.0, rhomax=100.0, **reference), now=0.0)
     assert free.counts == {0: 1, 1: 3}  # the market alone prefers to shorten the longest leftover
-    plan = _plan(jobs, 1, ShockwaveConfig(future_rounds=4, lam=0.0, rhomax=1.0), now=0.0)
+    plan = _plan(jobs, 1, ShockwaveConfig(future_rounds=4, lam=0.0, rhomax=1.0, **reference), now=0.0)
     assert plan.path == "constrained"
     assert plan.counts == {0: 2, 1: 2}
     # and job 0's rounds come first (its target is the nearest)
@@ -394,3 +395,20 @@ def test_a_job_whose_epochs_are_counted_but_not_its_steps_still_gains_from_a_rou
     assert tables.utility[0, 1] > tables.utility[0, 0]
     plan = _plan([done, other], 1, config)
     assert plan.counts[0] == 1 and 0 in plan.rounds[0]
+
+
+def test_makespan_k_runs_a_job_whose_leftover_lies_beyond_the_work_bound():
+    # G = 4, F = 4, L = 100 s. Four late one-GPU jobs (rho ~ 1.7, priority rho^16) could fill the
+    # window; a long two-GPU job with no fairness pressure is left with 3000 s, more than the
+    # work bound allows: (4 x 400 + 2 x 3000) / 4 - F L = 1500 s.
+    late = [Job(j, 1, 10, 6, 400.0, 100.0, 900.0) for j in range(4)]
+    long = Job(9, 2, 30, 0, 3000.0, 100.0, 100_000.0)
+    jobs = [*late, long]
+    config = ShockwaveConfig(future_rounds=4, k=1e-3, makespan_k=0.0)  # the reference's objective
+    tables = tabulate(jobs, num_gpus=4, now_s=1000.0, round_duration_s=100.0, config=config)
+    assert tables.spare_leftover == pytest.approx(1500.0)
+    assert _plan(jobs, 4, config).counts[9] == 0  # k x max leftover alone: the priorities win
+    for level_search in (True, False):
+        plan = _plan(jobs, 4, ShockwaveConfig(future_rounds=4, makespan_k=10.0, level_search=level_search))
+        assert plan.counts[9] == 4 and all(9 in r for r in plan.rounds)
+        _check_capacity(plan, jobs, 4)
