@@ -5,10 +5,13 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
 - Each job j gets n_j in {0..F} rounds of the window. Its planned run time is
   min(n_j L, (E_j - p_j) d̄_j), its normalised progress u_j = (p_j + planned / d̄_j) / E_j and its
   leftover after the window max(0, R_j - planned) (§4.6).
-- Objective (maximise): sum_j P_j log(u_j) / (N F) - k max_j leftover_j, the Nash social welfare of
-  normalised progress minus k times the largest predicted leftover. ``log`` is the true log with
-  log(0) := log(1e-6) (the reference's origin), tabulated for every n; ``utility="pwl"`` uses the
-  reference's piecewise-linear interpolation over ``log_approximation_bases`` instead.
+- Objective (maximise): sum_j P_j log(u_j) / (N F) - k z - makespan_k max(0, z - spare), with
+  z = max_j leftover_j: the Nash social welfare of normalised progress minus a charge on the
+  largest predicted leftover. The reference has the k term only; ``makespan_k`` (ours) charges the
+  part of z beyond the work bound, spare = sum_j w_j R_j / G - F L (``Tables.spare_leftover``).
+  ``log`` is the true log with log(0) := log(1e-6) (the reference's origin), tabulated for every
+  n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
+  ``log_approximation_bases`` instead.
 - P_j is the fallback priority of §4.7: rho_j^lam when the projected ratio
   rho_j = (now + R_j / s) / FTobj_j exceeds rhomax (rho_j^100 when also R_j < L), else 1, with
   s = min(1, G/N). Unlike the reference, P_j is applied in every path (a job that is already late

@@ -28,7 +28,7 @@ class WindowPlan:
     counts: job id -> rounds of the window the market gave it (before work conservation).
     path: "constrained" (fairness constraints held), "fallback" (dropped) or "greedy" (no solver
         solution).
-    objective: sum_j P_j U_j(n_j) / (N F) - k max_j leftover_j(n_j) of ``counts``, recomputed in numpy.
+    objective: the model's objective of ``counts`` (:func:`evaluate_counts`), recomputed in numpy.
     solve_s: wall seconds spent in solver calls (model building included).
     reason: why the path was taken (empty for "constrained").
     shortfall: job-rounds the packing could not place.
