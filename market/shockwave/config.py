@@ -23,7 +23,7 @@ class ShockwaveConfig:
         lengthens the makespan whatever else runs. The reference's k x max leftover charges every
         second of the largest leftover alike, however far the run is from its end; when several
         long jobs tie at it, lowering it needs rounds for all of them, and late jobs' priorities
-        rho^lam outbid it until the long jobs end the run alone.
+        rho^lam outbid it until the long jobs end the run on an emptying cluster.
     lam: exponent of the fairness priority rho^lam (ours: 16, chosen on the development suite,
         benchmarks/suite/dev_suite.toml; the reference's lambda is 12).
     rhomax: allowed ratio to the fair-share finish-time target.
