@@ -12,6 +12,10 @@ from market.shockwave.planner import plan_window, WindowPlan
 
 
 # ---------------------------------------------------------------------------------- the policy
+#: Re-plans whose per-re-plan entries (``solve_s``, ``objective``, ``history``) are kept at least.
+STATS_KEPT = 50_000
+
+
 class ShockwavePolicy:
     """Round policy: re-plans the window when needed and serves the cached plan (§4.10).
 
@@ -27,7 +31,9 @@ class ShockwavePolicy:
             re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
             constraints summed over re-plans; "objective": list; "deadline_misses": constrained jobs
             whose placement missed their window-fairness deadline, summed over re-plans; "history": per
-            re-plan {round, path, packer, solver, constrained_jobs, deadline_misses (job ids)}}.
+            re-plan {round, path, packer, solver, constrained_jobs, deadline_misses (job ids)}}. The
+            counters count every re-plan; the lists keep at least the newest :data:`STATS_KEPT`
+            re-plans and at most twice that, so a long-lived ``serve`` does not grow without bound.
         plan: the cached :class:`WindowPlan` (or None).
     """
 
@@ -141,6 +147,9 @@ class ShockwavePolicy:
                                   "solver": self.plan.solver,
                                   "constrained_jobs": self.plan.constrained_jobs,
                                   "deadline_misses": list(self.plan.deadline_misses)})
+            for key in ("solve_s", "objective", "history"):
+                if len(st[key]) >= 2 * STATS_KEPT:  # a long-lived serve: keep the newest, amortised
+                    del st[key][:-STATS_KEPT]
         assert self.plan is not None
         chosen = self.plan.rounds[ctx.round_index - self.plan.start_round]
         out, used = [], 0

@@ -412,3 +412,20 @@ def test_makespan_k_runs_a_job_whose_leftover_lies_beyond_the_work_bound():
         plan = _plan(jobs, 4, ShockwaveConfig(future_rounds=4, makespan_k=10.0, level_search=level_search))
         assert plan.counts[9] == 4 and all(9 in r for r in plan.rounds)
         _check_capacity(plan, jobs, 4)
+
+
+def test_policy_stats_keep_the_newest_replans_and_count_them_all(monkeypatch):
+    import market.shockwave.policy as policy_module
+
+    monkeypatch.setattr(policy_module, "STATS_KEPT", 3)
+    pol = ShockwavePolicy(ShockwaveConfig(future_rounds=4, reopt_rounds=1))
+    jobs = {i: _view(i, 1) for i in range(3)}
+    for r in range(20):  # reopt_rounds = 1: a re-plan every round
+        pol.select(RoundContext(round_index=r, now_s=100.0 * r, round_duration_s=100.0, num_gpus=2, jobs=jobs,
+                                arrived=list(jobs) if r == 0 else []))
+    st = pol.stats
+    assert st["replans"] == 20 and st["constrained"] + st["fallback"] + st["greedy"] == 20
+    for key in ("solve_s", "objective", "history"):
+        assert 3 <= len(st[key]) < 6, key
+    assert st["history"][-1]["round"] == 19
+    assert [h["round"] for h in st["history"]] == list(range(20 - len(st["history"]), 20))
