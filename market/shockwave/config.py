@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -115,6 +116,9 @@ class ShockwaveConfig:
             raise ValueError(f"utility must be 'log' or 'pwl', got {self.utility!r}")
         if self.future_rounds < 1 or self.reopt_rounds < 1:
             raise ValueError("future_rounds and reopt_rounds must be >= 1")
+        weights = {"k": self.k, "makespan_k": self.makespan_k, "lam": self.lam, "rhomax": self.rhomax}
+        if not all(math.isfinite(v) for v in weights.values()):
+            raise ValueError(f"k, makespan_k, lam and rhomax must be finite, got {weights}")
         if self.k < 0 or self.makespan_k < 0 or self.lam < 0 or self.rhomax <= 0:
             raise ValueError("k, makespan_k and lam must be >= 0 and rhomax > 0")
         b = self.log_approximation_bases

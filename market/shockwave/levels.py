@@ -19,8 +19,8 @@ class rows all have the same capacity and no job is wider than half the cluster 
 conflicts with: then every class row is implied by the first, and that knapsack is the whole model.
 
 Bounds: the greedy fractional knapsack over the increments a_j(n+1) - a_j(n) (best ratio to w_j
-first; with concave a_j it is the LP optimum) gives UB(l) >= inner(l), and UB is nondecreasing in l,
-and c is nondecreasing, so on an interval of levels [l_i, l_k], max inner(l) - c(l) <= UB(l_k) - c(l_i). Solutions: the same
+first; with concave a_j it is the LP optimum) gives UB(l) >= inner(l); UB and c are nondecreasing
+in l, so on an interval of levels [l_i, l_k], max inner(l) - c(l) <= UB(l_k) - c(l_i). Solutions: the same
 greedy with the fractional increment dropped and the room left filled by increments that fit
 gives an integer plan at every level evaluated; its true objective (with its own largest leftover)
 is a lower bound. A best-bound search over intervals of levels (split in halves) stops when no

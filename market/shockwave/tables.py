@@ -102,7 +102,7 @@ def tabulate(
     # The work bound: the active jobs' remaining GPU-seconds over G. A leftover after the window
     # beyond it, less the window, ends the job after the cluster could have finished all present work.
     runnable = width <= num_gpus
-    spare = max(0.0, float(width[runnable] @ R[runnable]) / max(num_gpus, 1) - F * L) if N else 0.0
+    spare = max(0.0, float(width[runnable] @ R[runnable]) / max(num_gpus, 1) - F * L)
     share = min(1.0, num_gpus / max(N, 1))
     rho = (now_s + R / share) / target
     priority = np.ones(N)
@@ -205,7 +205,7 @@ class LeftoverPenalty(NamedTuple):
     spare: float = 0.0
 
     def __call__(self, z: float) -> float:
-        return self.b * z + (self.excess * max(0.0, z - self.spare) if self.excess else 0.0)
+        return self.b * z + self.excess * max(0.0, z - self.spare)
 
 
 def evaluate_counts(tables: Tables, counts: np.ndarray, config: ShockwaveConfig) -> float:

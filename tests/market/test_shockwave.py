@@ -429,3 +429,11 @@ def test_policy_stats_keep_the_newest_replans_and_count_them_all(monkeypatch):
         assert 3 <= len(st[key]) < 6, key
     assert st["history"][-1]["round"] == 19
     assert [h["round"] for h in st["history"]] == list(range(20 - len(st["history"]), 20))
+
+
+@pytest.mark.parametrize("field", ["k", "makespan_k", "lam", "rhomax"])
+def test_weights_that_are_not_finite_are_refused(field):
+    # a NaN weight would poison every objective and silently turn each re-plan greedy
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite"):
+            ShockwaveConfig(**{field: bad})
