@@ -107,11 +107,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads per rank (default: OMP_NUM_THREADS, else 1 on CPU)")
     p.add_argument("--keep-checkpoints", type=int, default=2)
+    p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
+                   help="on GPUs, deterministic kernels only, so that a preempted job resumes bit for bit "
+                        "(--no-deterministic: cuDNN's fastest kernels, results vary run to run)")
     args = p.parse_args(argv)
     for name in ("batch_size", "total_steps"):
         if getattr(args, name) < (1 if name == "batch_size" else 0):
             p.error(f"--{name.replace('_', '-')} out of range")
     return args
+
+
+def _deterministic_cuda() -> None:
+    """Deterministic CUDA kernels (before any CUDA work): an op without one raises instead of
+    silently making a resumed run differ from an uninterrupted one. cuBLAS needs its workspace
+    setting for that (PyTorch's "Reproducibility" notes)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True)
 
 
 class _Gang:
@@ -168,6 +181,8 @@ def run(args: argparse.Namespace, spec: LeaseSpec | None) -> int:
 
 def _run(args: argparse.Namespace, spec: LeaseSpec | None, flag: PreemptionFlag) -> int:
     backend = spec.backend if spec else os.environ.get("SHOCKWAVE_BACKEND", "gloo")
+    if backend == "nccl" and args.deterministic:
+        _deterministic_cuda()
     gang = _Gang(backend)
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
     if threads or gang.device.type == "cpu":

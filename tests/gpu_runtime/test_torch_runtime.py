@@ -102,6 +102,23 @@ def test_preemption_flag_on_sigterm():
         flag.restore()
 
 
+def test_gpu_training_uses_deterministic_kernels_unless_told_otherwise(monkeypatch):
+    """On GPUs a preempted job resumes bit for bit only with deterministic kernels (measured on an
+    H200 by benchmarks/gpu_resume_check.py: ResNet-18 differed without them, even between two
+    uninterrupted runs); the NCCL back end switches them on before any CUDA work."""
+    base = ["--workload", "LM", "--batch-size", "5", "--total-steps", "1"]
+    assert train.parse_args(base).deterministic is True
+    assert train.parse_args([*base, "--no-deterministic"]).deterministic is False
+    calls = []
+    monkeypatch.setattr(train, "_deterministic_cuda", lambda: calls.append(True))
+    monkeypatch.setattr(train, "_Gang", lambda backend: (_ for _ in ()).throw(RuntimeError(backend)))
+    for backend, argv, expected in [("nccl", base, 1), ("nccl", [*base, "--no-deterministic"], 0), ("gloo", base, 0)]:
+        calls.clear()
+        with pytest.raises(RuntimeError, match=backend):
+            train._run(train.parse_args(argv), LeaseSpec(job_id=1, backend=backend), train.PreemptionFlag())
+        assert len(calls) == expected, (backend, argv)
+
+
 # --------------------------------------------------------------------------- resume
 
 
