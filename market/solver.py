@@ -87,6 +87,11 @@ def solver_options(
             "mip_rel_gap": float(rel_gap),
             "threads": int(threads),
             "random_seed": int(seed),
+            # HiGHS 1.16's feasibility jump can loop for ever inside a sub-MIP ("Reached a local
+            # minimum" without end; neither time_limit nor mip_max_nodes stops it): a Shockwave
+            # re-plan of the reference preset on d150-wide never returned
+            # (tests/market/test_solver_hang.py holds that model).
+            "mip_heuristic_run_feasibility_jump": False,
         }
         if node_limit is not None:
             opts["mip_max_nodes"] = int(node_limit)
