@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PUBLISHED = {"makespan_s": 24197.0, "avg_jct_s": 9958.0, "worst_rho": 1.78, "unfair_fraction_1_05": 0.05}
 
 
-from bench_suite import override_shockwave as _override  # noqa: E402 - one parser of --set for the benchmarks
+from bench_suite import override_config  # noqa: E402 - one parser of --set for the benchmarks
 
 
 def _count_binding(counter: Counter) -> None:
@@ -65,7 +65,7 @@ def _suite(path: str, overrides: list[str]) -> None:
     for trace in load_suite(Path(path)):
         spec = resolve_run(None, trace=trace["path"], throughputs=trace["throughputs_path"], num_gpus=trace["gpus"],
                            policy="shockwave")
-        spec.config.shockwave = _override(spec.config.shockwave, overrides)
+        override_config(spec.config, overrides)
         started = time.perf_counter()
         r = simulate(spec)
         wall = time.perf_counter() - started
@@ -101,7 +101,7 @@ def main() -> None:
     runs = []
     for _ in range(max(1, args.repeat)):
         spec = resolve_run(args.config, policy="shockwave")
-        spec.config.shockwave = _override(spec.config.shockwave, args.set)
+        override_config(spec.config, args.set)
         started = time.perf_counter()
         r = simulate(spec)
         runs.append((time.perf_counter() - started, r))

@@ -8,7 +8,8 @@ Usage: python benchmarks/bench_suite.py [--suite PATH] [--traces a,b] [--max-job
 Each trace is generated once from its parameters (``workloads.generate``; cached under
 ``results/suite/``) or taken from the bundled data (``file``). Every (trace, policy) cell is one
 replay, run in worker processes (at most ``--jobs`` at a time). ``--set`` overrides [shockwave]
-knobs for the ``shockwave`` cells (e.g. ``--set restart_cost=true``); a policy name of the form
+knobs for the ``shockwave`` cells (e.g. ``--set restart_cost=true``; ``section.key=value`` for
+another section, e.g. ``--set predictor.calibration_clock=rounds``); a policy name of the form
 ``shockwave@FILE.toml`` replays Shockwave with that configuration's [shockwave] section (e.g. a
 preset). Printed per trace: offered load, then per policy makespan, average JCT, worst rho, unfair
 fraction (rho > 1.05), each with its ratio to max-min fairness, and wall seconds; ``--out`` writes
@@ -91,7 +92,7 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     spec = resolve_run(preset or None, trace=trace["path"], throughputs=trace["throughputs_path"],
                        num_gpus=trace["gpus"], policy=name)
     if name == "shockwave" and overrides:
-        spec.config.shockwave = override_shockwave(spec.config.shockwave, overrides)
+        override_config(spec.config, overrides)
     started = time.perf_counter()
     r = simulate(spec)
     out = {k: r[k] for k in METRICS}
@@ -120,14 +121,28 @@ def separating_figures(results: dict) -> dict:
     return {"mean_rho": sum(j["rho"] for j in jobs) / len(jobs), "makespan_floor_s": max(last, work)}
 
 
-def override_shockwave(config, pairs: list[str]):
-    """``config`` with ``key=value`` overrides of [shockwave] knobs (bools: true/false/1/0; tuples: JSON)."""
+def override_config(config, pairs: list[str]) -> None:
+    """Apply ``key=value`` overrides to a run's configuration, in place: ``key`` is a [shockwave]
+    knob, or ``section.key`` for another section (e.g. ``predictor.calibration_clock=rounds``).
+    Values: bools true/false/1/0, tuples JSON, else the knob's type."""
+    by_section: dict[str, list[str]] = {}
+    for pair in pairs:
+        key = pair.partition("=")[0]
+        section = key.partition(".")[0] if "." in key else "shockwave"
+        by_section.setdefault(section, []).append(pair.partition(".")[2] if "." in key else pair)
+    for section, items in by_section.items():
+        if not hasattr(config, section):
+            raise SystemExit(f"unknown configuration section [{section}]")
+        setattr(config, section, _override_section(getattr(config, section), section, items))
+
+
+def _override_section(config, section: str, pairs: list[str]):
     fields = {f.name: f for f in dataclasses.fields(config)}
     changes = {}
     for pair in pairs:
         key, _, raw = pair.partition("=")
         if key not in fields:
-            raise SystemExit(f"unknown [shockwave] knob {key!r}")
+            raise SystemExit(f"unknown [{section}] knob {key!r}")
         current = getattr(config, key)
         if isinstance(current, bool):
             changes[key] = raw.lower() in ("1", "true", "yes")

@@ -3,6 +3,7 @@ fair-share finish-time target, prediction-error bookkeeping. See ``predictor.pre
 
 from predictor.posterior import (
     calibration_factor,
+    calibration_factor_rounds,
     dirichlet_remaining_runtime,
     momentum_target,
     profile_epoch_durations,
@@ -14,6 +15,7 @@ __all__ = [
     "Predictor",
     "PredictorConfig",
     "calibration_factor",
+    "calibration_factor_rounds",
     "dirichlet_remaining_runtime",
     "momentum_target",
     "profile_epoch_durations",

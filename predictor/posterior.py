@@ -14,6 +14,7 @@ import numpy as np
 __all__ = [
     "dirichlet_remaining_runtime",
     "calibration_factor",
+    "calibration_factor_rounds",
     "momentum_target",
     "profile_epoch_durations",
 ]
@@ -125,6 +126,55 @@ def calibration_factor(
     if abs(measured_samples - profiled) / profiled <= threshold:
         return None
     return profiled / measured_samples
+
+
+def calibration_factor_rounds(
+    measurements: Sequence[tuple[int, float, int]],
+    round_s: float,
+    profile_epoch_s: np.ndarray,
+    factor: float,
+    samples_per_epoch: int,
+    threshold: float = 0.4,
+) -> float | None:
+    """The reference's calibration arithmetic (§4.3, ``JobMetaData.calibrate_profiled_epoch_duration``).
+
+    Each measured rate counts over the whole gap since the previous measurement, the first one
+    since round 0, so rounds the job waited (and the rounds before it arrived) count as if it
+    ran; the horizon is ``round_s`` x the last measurement's round. The profile walk uses
+    the pristine durations; the part of the horizon beyond the last whole epoch is pro-rated at
+    the currently calibrated duration of the next epoch (the last one when the horizon is past
+    the profile's end, so that the profiled count keeps growing at the last epoch's rate).
+
+    Args:
+        measurements: (n, steps/s, batch size) per round the job ran, n = the round's index + 1
+            (the rounds completed when it was measured), in increasing n.
+        round_s: the nominal round length L, seconds.
+        profile_epoch_s: shape (E,), pristine profile seconds per epoch.
+        factor: the current calibration (the multiplier of ``profile_epoch_s`` in force).
+        samples_per_epoch: samples in one epoch.
+        threshold: relative difference below which the calibration in force is kept.
+
+    Returns:
+        The new multiplier profiled / measured, or ``None``: keep ``factor`` (the reference keeps
+        its last calibration, it does not return to the profile).
+    """
+    if not measurements or len(profile_epoch_s) == 0:
+        return None
+    measured, prev = 0.0, 0
+    for n, rate, batch_size in measurements:
+        measured += batch_size * rate * round_s * (n - prev)
+        prev = n
+    horizon = round_s * prev
+    cum = np.cumsum(profile_epoch_s)
+    whole = int(np.searchsorted(cum, horizon, side="right"))
+    profiled = whole * float(samples_per_epoch)
+    deficit = horizon - (float(cum[whole - 1]) if whole > 0 else 0.0)
+    if deficit > 0:
+        at = min(whole, len(profile_epoch_s) - 1)
+        profiled += samples_per_epoch * deficit / (float(profile_epoch_s[at]) * factor)
+    if measured <= 0.0 or profiled <= 0.0 or abs(measured - profiled) / profiled <= threshold:
+        return None
+    return profiled / measured
 
 
 def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momentum: float = 0.9) -> float:

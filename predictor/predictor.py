@@ -28,6 +28,7 @@ import numpy as np
 
 from predictor.posterior import (
     calibration_factor,
+    calibration_factor_rounds,
     dirichlet_remaining_runtime,
     momentum_target,
     profile_epoch_durations,
@@ -83,6 +84,10 @@ class PredictorConfig:
 
     momentum: weight of the time-weighted average in the target (reference: 0.9, §4.5).
     calibration_threshold: relative sample-count gap that triggers calibration (reference: 0.4).
+    calibration_clock: "run" (ours: measured samples over the seconds the job ran, against the
+        profile over as many seconds; the profile again when they agree) or "rounds" (the
+        reference's arithmetic, :func:`~predictor.posterior.calibration_factor_rounds`: waits and
+        the rounds before the job arrived count as run time, and a calibration stays in force).
     observations: "profile" (reference: observed epochs read from the profile's schedule) or
         "observed" (from reported batch sizes); jobs without a profile always use "observed".
     unknown_epoch_s: epoch duration assumed for a job with no profile and no throughput at all.
@@ -90,12 +95,15 @@ class PredictorConfig:
 
     momentum: float = 0.9
     calibration_threshold: float = 0.4
+    calibration_clock: str = "run"
     observations: str = "profile"
     unknown_epoch_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.observations not in ("profile", "observed"):
             raise ValueError(f"observations must be 'profile' or 'observed', got {self.observations!r}")
+        if self.calibration_clock not in ("run", "rounds"):
+            raise ValueError(f"calibration_clock must be 'run' or 'rounds', got {self.calibration_clock!r}")
         if not 0.0 <= self.momentum <= 1.0:
             raise ValueError(f"momentum must be in [0, 1], got {self.momentum}")
 
@@ -117,6 +125,8 @@ class _JobRecord:
     epochs_done: int = 0
     measured_samples: float = 0.0
     run_s: float = 0.0
+    measurements: list[tuple[int, float, int]] = field(default_factory=list)  # rounds completed, steps/s, bs
+    calibration: float = 1.0  # calibration_clock "rounds": the multiplier in force
     steps_by_bs: dict[int, list[float]] = field(default_factory=dict)  # bs -> [steps, seconds]
     share_series: list[tuple[int, float]] = field(default_factory=list)
     predictions: list[tuple[int, float, float, float]] = field(default_factory=list)  # round, now, R, run_s
@@ -265,6 +275,8 @@ class Predictor:
         job.epochs_done = int(min(max(epochs_done, 0), job.num_epochs))
         if throughput > 0 and seconds > 0:
             job.measured_samples += throughput * seconds * batch_size
+            if self.config.calibration_clock == "rounds":
+                job.measurements.append((int(round_index) + 1, float(throughput), int(batch_size)))
             rec = job.steps_by_bs.setdefault(int(batch_size), [0.0, 0.0])
             rec[0] += throughput * seconds
             rec[1] += seconds
@@ -366,14 +378,24 @@ class Predictor:
         E, p = job.num_epochs, job.epochs_done
         upto = min(p + 1, E)  # epochs 0..p, the current one included (§4.4, §4.6)
         if job.profile_bs is not None and job.profile_epoch_s is not None:
-            factor = calibration_factor(
-                job.measured_samples,
-                job.run_s,
-                job.profile_epoch_s,
-                job.samples_per_epoch,
-                self.config.calibration_threshold,
-            )
-            epoch_s = job.profile_epoch_s * (factor if factor is not None else 1.0)
+            if self.config.calibration_clock == "rounds":
+                # once per prediction (the reference recalibrates at each of its several calls per
+                # re-plan, each from the calibration in force)
+                factor = calibration_factor_rounds(
+                    job.measurements, self.round_duration_s, job.profile_epoch_s, job.calibration,
+                    job.samples_per_epoch, self.config.calibration_threshold,
+                )
+                job.calibration = factor if factor is not None else job.calibration
+            else:
+                factor = calibration_factor(
+                    job.measured_samples,
+                    job.run_s,
+                    job.profile_epoch_s,
+                    job.samples_per_epoch,
+                    self.config.calibration_threshold,
+                )
+                job.calibration = factor if factor is not None else 1.0
+            epoch_s = job.profile_epoch_s * job.calibration
             by_bs = {int(b): float(epoch_s[job.profile_bs == b].mean()) for b in np.unique(job.profile_bs)}
             if self.config.observations == "profile":
                 observed = job.profile_bs[:upto]

@@ -4,6 +4,7 @@ fallback, the rank-MILP packing by priority, its re-plan counter and window cloc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -122,20 +123,28 @@ def test_the_preset_holds_the_reference_values():
                       level_search=False, makespan_k=0.0)
     assert {k: getattr(sw, k) for k in behaviours} == behaviours
     assert preset.simulation.policy == "shockwave"
-    for section in ("rounds", "emulation", "workload", "gavel", "predictor"):
+    for section in ("rounds", "emulation", "workload", "gavel"):
         assert getattr(preset, section) == getattr(paper, section), section
+    # the predictor calibrates on the reference's clock (§4.3); its other values are the paper's
+    assert preset.predictor.calibration_clock == "rounds" != paper.predictor.calibration_clock
+    assert dataclasses.replace(preset.predictor, calibration_clock="run") == paper.predictor
 
 
 @pytest.mark.slow
 def test_the_preset_replays_the_canonical_trace_like_the_reference():
-    """The reference rerun with HiGHS (docs/reference.md §11): makespan 24,398 s, every one of its
-    123 re-plans on the fallback path (the finish-time-fair MILP is infeasible each time). The count
-    of re-plans follows the completions, which move with the plan the solver picks among the
-    near-optimal ones: within 10 %."""
+    """The reference rerun with HiGHS (docs/reference.md §11): makespan 24,398 s, average JCT 9,960 s,
+    every one of its 123 re-plans on the fallback path (the finish-time-fair MILP is infeasible each
+    time). The count of re-plans follows the completions, which move with the plan the solver picks
+    among the near-optimal ones: within 10 %. The reference's own runs (three with Gurobi, two with
+    HiGHS) span 23,399-24,618 s of makespan. The two whose per-job JCTs we have (the published run
+    and a HiGHS rerun) treat jobs 99, 31 and 77 worst (ρ 1.3-1.8): late arrivals whose calibration
+    counts the rounds before they ran as run time."""
     from replay.simulate import resolve_run, simulate
 
     r = simulate(resolve_run(str(PRESET)))
-    assert r["makespan_s"] == pytest.approx(24_398.0, rel=0.02)
+    assert r["makespan_s"] == pytest.approx(24_398.0, rel=0.06)
+    assert r["avg_jct_s"] == pytest.approx(9_960.0, rel=0.06)
+    assert {j["job_id"] for j in sorted(r["jobs"], key=lambda j: -j["rho"])[:3]} == {99, 31, 77}
     replans = r["replans"]
     assert replans["constrained"] == 0 and replans["fallback"] == replans["total"]
     assert abs(replans["total"] - 123) <= 0.1 * 123

@@ -9,6 +9,7 @@ from predictor import (
     Predictor,
     PredictorConfig,
     calibration_factor,
+    calibration_factor_rounds,
     dirichlet_remaining_runtime,
     momentum_target,
 )
@@ -104,6 +105,43 @@ def test_calibration_factor():
     assert calibration_factor(80.0, 15.0, prof, 100) == pytest.approx(150.0 / 80.0)
     assert calibration_factor(100.0, 15.0, prof, 100) is None  # 33 % apart: within 40 %
     assert calibration_factor(140.0, 15.0, prof, 100) is None  # within 40 %
+
+
+def test_calibration_factor_rounds_counts_waiting_rounds_as_run_time():
+    """The reference's arithmetic (docs/reference.md §4.3), by hand: 3 epochs of 10 s, 100 samples."""
+    prof = np.array([10.0, 10.0, 10.0])
+    # ran only in round 4 (5 rounds completed) at 2 steps/s, batch 2: the rate counts from round 0,
+    # 2 * 2 * 10 s * 5 = 200 samples over a 50 s horizon; the profile: 3 whole epochs (300) and
+    # 20 s past its end at the last epoch's 10 s (200 more) -> 500 / 200
+    assert calibration_factor_rounds([(5, 2.0, 2)], 10.0, prof, 1.0, 100) == pytest.approx(2.5)
+    # with that calibration in force the 20 s past the end count at 25 s an epoch: 300 + 80
+    assert calibration_factor_rounds([(5, 2.0, 2)], 10.0, prof, 2.5, 100) == pytest.approx(380.0 / 200.0)
+    # each rate counts over the gap since the previous measurement: 2 * 2 * 10 * 2 + 2 * 3 * 10 * 1
+    # = 140 samples against 300 in the 30 s horizon
+    assert calibration_factor_rounds([(2, 2.0, 2), (3, 3.0, 2)], 10.0, prof, 1.0, 100) == pytest.approx(300.0 / 140.0)
+    assert calibration_factor_rounds([(3, 4.0, 2)], 10.0, prof, 1.0, 100) is None  # 240 vs 300: within 40 %
+    assert calibration_factor_rounds([], 10.0, prof, 1.0, 100) is None
+
+
+@pytest.mark.parametrize("clock,remaining", [("rounds", 20.0), ("run", 10.0)])
+def test_a_calibration_stays_in_force_on_the_reference_clock(clock, remaining):
+    """Half the profiled rate in round 0 calibrates epochs to twice their length on both clocks;
+    after round 1 at the profiled rate the samples agree within 40 %: the reference keeps its
+    calibration, ours returns to the profile."""
+    prof = JobProfile(samples_per_epoch=320, bs_every_epoch=(32, 32, 32), duration_every_epoch=(10.0, 10.0, 10.0))
+    pred = Predictor(PredictorConfig(calibration_clock=clock), round_duration_s=10.0)
+    pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
+    pred.observe_progress(1, round_index=0, epochs_done=0, throughput=0.5, batch_size=32, run_s=10.0)
+    first = pred.predict(round_index=1, now_s=10.0, num_gpus=1, round_duration_s=10.0)[1]
+    assert first.remaining_s == pytest.approx(2 * 20.0)  # 2 of 3 epochs' posterior, 20 s each
+    pred.observe_progress(1, round_index=1, epochs_done=1, throughput=1.0, batch_size=32, run_s=10.0)
+    second = pred.predict(round_index=2, now_s=20.0, num_gpus=1, round_duration_s=10.0)[1]
+    assert second.remaining_s == pytest.approx(remaining)
+
+
+def test_unknown_calibration_clock_is_refused():
+    with pytest.raises(ValueError, match="calibration_clock"):
+        PredictorConfig(calibration_clock="wall")
 
 
 def test_calibration_slows_predicted_remaining_time():
