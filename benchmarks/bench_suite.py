@@ -10,8 +10,8 @@ Each trace is generated once from its parameters (``workloads.generate``; cached
 replay, run in worker processes (at most ``--jobs`` at a time). ``--set`` overrides [shockwave]
 knobs for the ``shockwave`` cells (e.g. ``--set restart_cost=true``; ``section.key=value`` for
 another section, e.g. ``--set predictor.calibration_clock=rounds``); a policy name of the form
-``shockwave@FILE.toml`` replays Shockwave with that configuration's [shockwave] section (e.g. a
-preset). Printed per trace: offered load, then per policy makespan, average JCT, worst rho, unfair
+``shockwave@FILE.toml`` replays Shockwave with that configuration (e.g. a preset: its
+[shockwave] and [predictor] sections; trace, GPUs and throughputs stay the suite's). Printed per trace: offered load, then per policy makespan, average JCT, worst rho, unfair
 fraction (rho > 1.05), each with its ratio to max-min fairness, and wall seconds; ``--out`` writes
 every cell's figures as JSON, rewritten after each cell. ``--markdown`` prints instead one table of
 every cell (the README's suite table) and one of Shockwave's ratios against issue 13 item 5's
