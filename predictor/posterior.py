@@ -113,19 +113,10 @@ def calibration_factor(
         profiled_samples / measured_samples when they differ by more than ``threshold`` relative
         to the profiled count, else ``None`` (keep the profile).
     """
-    if measured_samples <= 0.0 or run_s <= 0.0 or len(profile_epoch_s) == 0:
+    if len(profile_epoch_s) == 0:
         return None
-    cum = np.cumsum(profile_epoch_s)
-    whole = int(np.searchsorted(cum, run_s, side="right"))
-    profiled = whole * float(samples_per_epoch)
-    done_s = float(cum[whole - 1]) if whole > 0 else 0.0
-    if whole < len(profile_epoch_s):
-        profiled += samples_per_epoch * (run_s - done_s) / float(profile_epoch_s[whole])
-    if profiled <= 0.0:
-        return None
-    if abs(measured_samples - profiled) / profiled <= threshold:
-        return None
-    return profiled / measured_samples
+    profiled = _profiled_samples(run_s, profile_epoch_s, samples_per_epoch, tail_scale=1.0, past_end=False)
+    return _recalibration(measured_samples, profiled, threshold)
 
 
 def calibration_factor_rounds(
@@ -164,14 +155,28 @@ def calibration_factor_rounds(
     for n, rate, batch_size in measurements:
         measured += batch_size * rate * round_s * (n - prev)
         prev = n
-    horizon = round_s * prev
+    profiled = _profiled_samples(round_s * prev, profile_epoch_s, samples_per_epoch, tail_scale=factor, past_end=True)
+    return _recalibration(measured, profiled, threshold)
+
+
+def _profiled_samples(horizon_s: float, profile_epoch_s: np.ndarray, samples_per_epoch: int, *,
+                      tail_scale: float, past_end: bool) -> float:
+    """Samples the profile processes in ``horizon_s`` seconds: its whole epochs, plus the rest of
+    the horizon pro-rated at the next epoch's duration x ``tail_scale`` (with ``past_end``, at the
+    last epoch's once the horizon is beyond the profile; without, nothing beyond it)."""
     cum = np.cumsum(profile_epoch_s)
-    whole = int(np.searchsorted(cum, horizon, side="right"))
+    whole = int(np.searchsorted(cum, horizon_s, side="right"))
     profiled = whole * float(samples_per_epoch)
-    deficit = horizon - (float(cum[whole - 1]) if whole > 0 else 0.0)
-    if deficit > 0:
+    rest = horizon_s - (float(cum[whole - 1]) if whole > 0 else 0.0)
+    if rest > 0 and (past_end or whole < len(profile_epoch_s)):
         at = min(whole, len(profile_epoch_s) - 1)
-        profiled += samples_per_epoch * deficit / (float(profile_epoch_s[at]) * factor)
+        profiled += samples_per_epoch * rest / (float(profile_epoch_s[at]) * tail_scale)
+    return profiled
+
+
+def _recalibration(measured: float, profiled: float, threshold: float) -> float | None:
+    """profiled / measured when they differ by more than ``threshold`` relative to the profiled
+    count; ``None`` (no new calibration) otherwise or when either count is not positive."""
     if measured <= 0.0 or profiled <= 0.0 or abs(measured - profiled) / profiled <= threshold:
         return None
     return profiled / measured
