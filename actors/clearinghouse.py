@@ -515,6 +515,7 @@ class Clearinghouse(Actor):
                 now_s=ctx.now_s,
                 num_gpus=self.num_gpus,
                 round_duration_s=self.config.round_duration_s,
+                calibration_calls=sorted((getattr(self.policy, "calibration_calls", None) or {}).items()),
             ),
             self.predict_timeout_s,
         )

@@ -83,6 +83,7 @@ class PredictorActor(Actor):
             now_s=msg.now_s,
             num_gpus=msg.num_gpus,
             round_duration_s=msg.round_duration_s,
+            calibration_calls=dict(msg.calibration_calls),
         )
         self.reply(msg, PredictReply(predictions=list(predictions.values())))
 

@@ -66,6 +66,7 @@ def solver_options(
     threads: int = 1,
     seed: int = 0,
     sub_mip_heuristics: bool = True,
+    feasibility_jump: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``cvxpy.Problem.solve(solver=name, **options)``.
 
@@ -78,6 +79,8 @@ def solver_options(
         seed: random seed.
         sub_mip_heuristics: False switches off HiGHS's RINS and RENS heuristics, which solve
             sub-MIPs at the root (SCIP: ignored).
+        feasibility_jump: True leaves HiGHS's feasibility jump heuristic on (HiGHS's default; the
+            reference preset, whose solver must search as the reference's did). SCIP: ignored.
 
     Raises:
         ValueError: unsupported solver name.
@@ -90,8 +93,8 @@ def solver_options(
             # HiGHS 1.16's feasibility jump can loop for ever inside a sub-MIP ("Reached a local
             # minimum" without end; neither time_limit nor mip_max_nodes stops it): a Shockwave
             # re-plan of the reference preset on d150-wide never returned
-            # (tests/market/test_solver_hang.py holds that model).
-            "mip_heuristic_run_feasibility_jump": False,
+            # (tests/market/test_solver_hang.py holds that model). Off unless asked for.
+            "mip_heuristic_run_feasibility_jump": bool(feasibility_jump),
         }
         if node_limit is not None:
             opts["mip_max_nodes"] = int(node_limit)

@@ -39,6 +39,8 @@ def dirichlet_remaining_runtime(
     observed_batch_sizes: Sequence[int],
     modes: Sequence[int],
     epoch_s_by_batch_size: Mapping[int, float],
+    *,
+    running_sums: bool = False,
 ) -> float:
     """Posterior-mean remaining runtime R over batch-size regimes (docs/reference.md §4.4).
 
@@ -49,6 +51,9 @@ def dirichlet_remaining_runtime(
             current epoch included; fewer entries are accepted). Every entry must be in ``modes``.
         modes: the distinct batch-size regimes the job can be in (the prior's support).
         epoch_s_by_batch_size: D_b, mean seconds per epoch in regime b, for every b in ``modes``.
+        running_sums: the reference's order of floating-point operations (one observed epoch
+            added at a time, running sums, the ratio (E-p) / inflated taken before it scales R),
+            which can differ from the vectorised one in the last bits.
 
     Returns:
         R in seconds (run time on the job's own gang). 1.0 when E - p <= 0, as the reference.
@@ -77,6 +82,9 @@ def dirichlet_remaining_runtime(
         observed = np.array([index[int(b)] for b in observed_batch_sizes], dtype=np.int64)
     except KeyError as err:
         raise ValueError(f"batch size {err.args[0]} has no regime or no epoch duration") from None
+    if running_sums:
+        return _dirichlet_running_sums(num_epochs, remaining_epochs, observed.tolist(), durations.tolist(),
+                                       len(mode_list))
     counts = np.bincount(observed, minlength=len(mode_list)).astype(np.float64)
     posterior = num_epochs / len(mode_list) + counts
     rebased = num_epochs * posterior / posterior.sum()
@@ -86,6 +94,25 @@ def dirichlet_remaining_runtime(
             rebased[i] -= 1.0
     inflated = max(int(rebased.sum() + 1.0), remaining_epochs)
     return float(np.dot(rebased, durations) * remaining_epochs / inflated)
+
+
+def _dirichlet_running_sums(num_epochs: int, remaining_epochs: int, observed: list[int], durations: list[float],
+                            num_modes: int) -> float:
+    """:func:`dirichlet_remaining_runtime` in the reference's order of operations (Python floats)."""
+    posterior = [num_epochs / num_modes] * num_modes
+    for i in observed:
+        posterior[i] += 1
+    total = sum(posterior)
+    rebased = [num_epochs * c / total for c in posterior]
+    for i in observed:
+        if rebased[i] >= 1:
+            rebased[i] -= 1
+    inflated = max(int(sum(rebased) + 1), remaining_epochs)
+    runtime = 0.0
+    for r, d in zip(rebased, durations):
+        runtime += r * d
+    runtime *= remaining_epochs / inflated
+    return runtime
 
 
 def calibration_factor(
@@ -153,7 +180,7 @@ def calibration_factor_rounds(
         return None
     measured, prev = 0.0, 0
     for n, rate, batch_size in measurements:
-        measured += batch_size * rate * round_s * (n - prev)
+        measured += batch_size * (rate * round_s * (n - prev))  # the reference's order of operations
         prev = n
     profiled = _profiled_samples(round_s * prev, profile_epoch_s, samples_per_epoch, tail_scale=factor, past_end=True)
     return _recalibration(measured, profiled, threshold)
@@ -182,7 +209,8 @@ def _recalibration(measured: float, profiled: float, threshold: float) -> float 
     return profiled / measured
 
 
-def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momentum: float = 0.9) -> float:
+def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momentum: float = 0.9, *,
+                    running_sum: bool = False) -> float:
     """Fair-share finish-time target FTobj from its estimate series (docs/reference.md §4.5).
 
     Args:
@@ -195,6 +223,10 @@ def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momen
         force (the last one until ``round_index``). When all weights are 0 (every entry made
         in the current round) A = v_n (the reference asserts there is then a single entry).
 
+        running_sum: evaluate A in the reference's order of floating-point operations (each weight
+            over their sum, then a running sum of weight x estimate), which can differ from the
+            weighted mean in the last bits (the reference preset, ``PredictorConfig.reference_float_order``).
+
     Raises:
         ValueError: empty series, or an entry after ``round_index``.
     """
@@ -206,5 +238,11 @@ def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momen
         raise ValueError("fair-share series has an entry after the current round")
     weights = np.diff(rounds)
     total = weights.sum()
-    average = float(values[-1]) if total <= 0 else float(np.dot(weights, values) / total)
+    if running_sum and total > 0:
+        # the reference's order of operations: shares w_i / sum w, then a running sum of share x estimate
+        average = 0.0
+        for share, value in zip((weights / np.sum(weights)).tolist(), values.tolist()):
+            average += share * value
+    else:
+        average = float(values[-1]) if total <= 0 else float(np.dot(weights, values) / total)
     return momentum * average + (1.0 - momentum) * float(values[-1])

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Mapping
 
 import msgspec
 import numpy as np
@@ -37,7 +37,9 @@ from predictor.posterior import (
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workloads.profile import JobProfile
 
-__all__ = ["Prediction", "Predictor", "PredictorConfig"]
+__all__ = ["CALIBRATION_CHAIN", "Prediction", "Predictor", "PredictorConfig"]
+
+CALIBRATION_CHAIN = 24  # planner calls covered by Prediction.calibration_chain: the reference's F = 20 + 4
 
 
 _NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -63,6 +65,10 @@ class Prediction(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         fair_share_finish_s: the latest fair-share finish-time estimate v_n (§4.5).
         target_finish_s: FTobj, the momentum-averaged fair-share finish-time target (§4.5).
         batch_size: the job's current batch size (last reported).
+        calibration_chain: ``calibration_clock = "rounds"`` only: (R, d̄) after each further
+            calibration call the planner makes in this re-plan (the reference recalibrates at every
+            call, each from the calibration the previous one left, §4.3), starting with the values
+            above; beyond its end the calibration no longer changes. Empty: every call leaves it.
     """
 
     job_id: int
@@ -76,6 +82,7 @@ class Prediction(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     fair_share_finish_s: float
     target_finish_s: float
     batch_size: _PosInt
+    calibration_chain: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +98,10 @@ class PredictorConfig:
     observations: "profile" (reference: observed epochs read from the profile's schedule) or
         "observed" (from reported batch sizes); jobs without a profile always use "observed".
     unknown_epoch_s: epoch duration assumed for a job with no profile and no throughput at all.
+    reference_float_order: compute the fair-share target and the elapsed epoch time in the
+        reference's order of floating-point operations (a running sum, Python's ``sum``), so that
+        they equal the reference's bit for bit (the reference preset; the results differ only in
+        the last bits, but the solver's choice among near-equal plans can follow them).
     """
 
     momentum: float = 0.9
@@ -98,6 +109,7 @@ class PredictorConfig:
     calibration_clock: str = "run"
     observations: str = "profile"
     unknown_epoch_s: float = 60.0
+    reference_float_order: bool = False
 
     def __post_init__(self) -> None:
         if self.observations not in ("profile", "observed"):
@@ -127,6 +139,7 @@ class _JobRecord:
     run_s: float = 0.0
     measurements: list[tuple[int, float, int]] = field(default_factory=list)  # rounds completed, steps/s, bs
     calibration: float = 1.0  # calibration_clock "rounds": the multiplier in force
+    pending: tuple[int, list[float]] | None = None  # "rounds": (calls already made, factors after each call)
     steps_by_bs: dict[int, list[float]] = field(default_factory=dict)  # bs -> [steps, seconds]
     share_series: list[tuple[int, float]] = field(default_factory=list)
     predictions: list[tuple[int, float, float, float]] = field(default_factory=list)  # round, now, R, run_s
@@ -323,18 +336,29 @@ class Predictor:
         self._reestimate = True
 
     # ------------------------------------------------------------------ predicting
-    def predict(self, *, round_index: int, now_s: float, num_gpus: int, round_duration_s: float) -> dict[int, Prediction]:
+    def predict(self, *, round_index: int, now_s: float, num_gpus: int, round_duration_s: float,
+                calibration_calls: Mapping[int, int] | None = None) -> dict[int, Prediction]:
         """One :class:`Prediction` per active job, and record each R for the error series.
 
         The fair-share estimates FT_j = submit_j + (elapsed_j + R_j) / min(1, G/N) are appended to
         every active job's series when a job was added or removed (or G changed) since the last
         call (§4.5).
 
+        With ``calibration_clock = "rounds"`` every estimate is made after one more calibration
+        call, as in the reference (§4.3): the share estimate's elapsed time after one, its R after
+        another (when epochs remain), and the planner's values after the next ones
+        (``Prediction.calibration_chain``). The calibration in force then advances by the calls
+        the planner reports for the previous prediction (``calibration_calls``); a job it does not
+        report advances to the values it was given (one call beyond the share estimate's).
+
         Args:
             round_index: the round about to start.
             now_s: its start time, seconds.
             num_gpus: G, GPUs currently usable (> 0).
             round_duration_s: nominal round length L (updates the default of ``observe_progress``).
+            calibration_calls: job id -> calibration calls the planner made with the previous
+                prediction of that job (the reference formulation reports them; 0 when it did not
+                re-plan).
 
         Raises:
             ValueError: num_gpus <= 0.
@@ -342,21 +366,24 @@ class Predictor:
         if num_gpus <= 0:
             raise ValueError(f"num_gpus must be > 0, got {num_gpus}")
         self.round_duration_s = float(round_duration_s)
+        self._advance_calibrations(calibration_calls or {})
         if num_gpus != self._last_num_gpus:
             self._reestimate = True
             self._last_num_gpus = num_gpus
-        basics = {job_id: self._estimate(job) for job_id, job in self._jobs.items()}
-        if self._reestimate and self._jobs:
+        reestimate = self._reestimate and bool(self._jobs)
+        basics = {job_id: self._estimates(job, reestimate) for job_id, job in self._jobs.items()}
+        if reestimate:
             share = min(1.0, num_gpus / len(self._jobs))
             for job_id, job in self._jobs.items():
-                remaining, _, elapsed = basics[job_id]
+                remaining, elapsed = basics[job_id][3]
                 job.share_series.append((int(round_index), job.submit_s + (elapsed + remaining) / share))
         self._reestimate = False
         out: dict[int, Prediction] = {}
         for job_id, job in self._jobs.items():
-            remaining, mean_epoch, elapsed = basics[job_id]
+            remaining, mean_epoch, elapsed, _, chain = basics[job_id]
             series = [(min(r, round_index), v) for r, v in job.share_series]
-            target = momentum_target(series, round_index, self.config.momentum)
+            target = momentum_target(series, round_index, self.config.momentum,
+                                     running_sum=self.config.reference_float_order)
             job.predictions.append((int(round_index), float(now_s), remaining, job.run_s))
             out[job_id] = Prediction(
                 job_id=job_id,
@@ -370,22 +397,58 @@ class Predictor:
                 fair_share_finish_s=series[-1][1],
                 target_finish_s=target,
                 batch_size=job.batch_size,
+                calibration_chain=chain,
             )
         return out
 
-    def _estimate(self, job: _JobRecord) -> tuple[float, float, float]:
-        """(R, d̄, sum of durations of epochs < p) for one job, seconds."""
+    def _advance_calibrations(self, calls: Mapping[int, int]) -> None:
+        """Set each job's calibration to what the calls made with its last prediction left."""
+        for job_id, job in self._jobs.items():
+            if job.pending is None:
+                continue
+            made, factors = job.pending
+            n = made + (1 if job_id not in calls else max(0, int(calls[job_id])))
+            job.calibration = factors[min(n, len(factors) - 1)]
+            job.pending = None
+
+    def _estimates(self, job: _JobRecord, reestimate: bool):
+        """(R, d̄, elapsed, (R, elapsed) for the share estimate, calibration chain) of one job."""
+        if self.config.calibration_clock != "rounds" or job.profile_bs is None or job.profile_epoch_s is None:
+            remaining, mean_epoch, elapsed = self._estimate(job)
+            return remaining, mean_epoch, elapsed, (remaining, elapsed), ()
+        factors = [job.calibration]
+
+        def call() -> tuple[float, float, float]:
+            new = calibration_factor_rounds(job.measurements, self.round_duration_s, job.profile_epoch_s, factors[-1],
+                                            job.samples_per_epoch, self.config.calibration_threshold)
+            factors.append(factors[-1] if new is None else new)
+            return self._estimate(job, factors[-1])
+
+        share = None
+        if reestimate:
+            elapsed = call()[2]
+            remaining = call()[0] if job.epochs_done < job.num_epochs else self._estimate(job, factors[-1])[0]
+            share = (remaining, elapsed)
+        made = len(factors) - 1
+        chain = []
+        for _ in range(CALIBRATION_CHAIN):
+            remaining, mean_epoch, elapsed = call()
+            chain.append((remaining, mean_epoch))
+            if factors[-1] == factors[-2]:
+                break
+        job.pending = (made, factors)
+        first = chain[0]
+        return first[0], first[1], self._estimate(job, factors[made + 1])[2], share or (first[0], elapsed), (
+            tuple(chain) if len(chain) > 1 else ())
+
+    def _estimate(self, job: _JobRecord, factor: float | None = None) -> tuple[float, float, float]:
+        """(R, d̄, sum of durations of epochs < p) for one job, seconds; ``factor``: the calibration
+        (``calibration_clock = "rounds"``)."""
         E, p = job.num_epochs, job.epochs_done
         upto = min(p + 1, E)  # epochs 0..p, the current one included (§4.4, §4.6)
         if job.profile_bs is not None and job.profile_epoch_s is not None:
             if self.config.calibration_clock == "rounds":
-                # once per prediction (the reference recalibrates at each of its several calls per
-                # re-plan, each from the calibration in force)
-                factor = calibration_factor_rounds(
-                    job.measurements, self.round_duration_s, job.profile_epoch_s, job.calibration,
-                    job.samples_per_epoch, self.config.calibration_threshold,
-                )
-                job.calibration = factor if factor is not None else job.calibration
+                job_factor = job.calibration if factor is None else factor
             else:
                 factor = calibration_factor(
                     job.measured_samples,
@@ -395,7 +458,8 @@ class Predictor:
                     self.config.calibration_threshold,
                 )
                 job.calibration = factor if factor is not None else 1.0
-            epoch_s = job.profile_epoch_s * job.calibration
+                job_factor = job.calibration
+            epoch_s = job.profile_epoch_s * job_factor
             by_bs = {int(b): float(epoch_s[job.profile_bs == b].mean()) for b in np.unique(job.profile_bs)}
             if self.config.observations == "profile":
                 observed = job.profile_bs[:upto]
@@ -407,7 +471,7 @@ class Predictor:
                     if b not in by_bs:
                         by_bs[b] = job.measured_epoch_s(b, self.config.unknown_epoch_s)
             mean_epoch = float(epoch_s[:upto].mean())
-            elapsed = float(epoch_s[:p].sum())
+            elapsed = float(sum(epoch_s[:p].tolist())) if self.config.reference_float_order else float(epoch_s[:p].sum())
         else:
             observed = job.observed_schedule(upto)
             modes = sorted(set(int(b) for b in observed) | {job.batch_size} | {b for _, b in job.changes})
@@ -415,7 +479,8 @@ class Predictor:
             per_epoch = np.array([by_bs[int(b)] for b in observed], dtype=np.float64)
             mean_epoch = float(per_epoch.mean())
             elapsed = float(per_epoch[:p].sum())
-        remaining = dirichlet_remaining_runtime(E, p, observed, modes, by_bs)
+        remaining = dirichlet_remaining_runtime(E, p, observed, modes, by_bs,
+                                                running_sums=self.config.reference_float_order)
         return remaining, mean_epoch, elapsed
 
     # ------------------------------------------------------------------ quality

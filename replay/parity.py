@@ -1,4 +1,4 @@
-"""Job-by-job parity of the deterministic Gavel baselines with the reference code.
+"""Job-by-job parity of the deterministic Gavel baselines, AlloX and Shockwave with the reference code.
 
 ``shockwave parity`` replays each baseline on each trace of the bundled parity sets and compares
 every job's JCT with the reference's. Two sets are bundled (provenance of both in
@@ -8,7 +8,9 @@ every job's JCT with the reference's. Two sets are bundled (provenance of both i
   reference code produced on them (shipped with the project's source documents);
 - ``reference_reruns.json``: traces no policy of ours was developed on (three drawn with
   ``shockwave trace generate``, the reference's own 220- and 460-job scale traces), and AlloX on
-  every trace, each run by this project with the reference code, unchanged.
+  every trace, each run by this project with the reference code, unchanged; and Shockwave on the
+  canonical trace, run with HiGHS in place of Gurobi and replayed with the reference preset
+  (``configs/shockwave_reference.toml``).
 
 A job is *equal* when ``|JCT - JCT_ref| <= tolerance_s`` (default 1e-6 s: the reference is
 deterministic, so only floating-point noise is allowed). Per policy and trace the report gives
@@ -60,6 +62,9 @@ class ParityRow:
 def load_reference(path: Path = REFERENCE_FILE) -> dict:
     """The reference runs: ``{"traces": {key: {"file", "gpus", "throughputs", "policies": {policy: {"jct_s": [...]}}}}}``.
 
+    A policy's run may name a ``"config"`` (a TOML path relative to the file) to replay it with:
+    Shockwave's run is replayed with the reference preset.
+
     Raises:
         workloads.errors.InputError: unreadable file or missing fields (file and field named).
     """
@@ -79,6 +84,8 @@ def load_reference(path: Path = REFERENCE_FILE) -> dict:
         for policy, run in entry["policies"].items():
             if not isinstance(run, dict) or not isinstance(run.get("jct_s"), list):
                 raise InputError(str(path), f"trace {key!r}, policy {policy!r} has no list 'jct_s'", field="jct_s")
+            if not isinstance(run.get("config", ""), str):
+                raise InputError(str(path), f"trace {key!r}, policy {policy!r}: 'config' must be a path", field="config")
     return data
 
 
@@ -149,7 +156,9 @@ def run_parity(
             if policy not in runs[key]:
                 raise InputError(str(paths[-1]), f"no reference run of {policy!r} on {key}", field="policy")
             path, entry = runs[key][policy]
+            config = entry["policies"][policy].get("config")
             spec = resolve_run(
+                str(path.parent / config) if config else None,
                 trace=str(path.parent / entry["file"]),
                 throughputs=str(path.parent / entry["throughputs"]),
                 policy=policy,

@@ -179,6 +179,9 @@ class PredictRequest(Message, tag="predict_request"):
     now_s: float
     num_gpus: PosInt
     round_duration_s: NonNeg
+    # (job id, calibration calls the planner made with that job's previous prediction) pairs (the
+    # reference formulation; predictor.Predictor.predict); pairs, since plain msgpack readers refuse int map keys
+    calibration_calls: list[tuple[int, NonNegInt]] = []
 
 
 class PredictReply(Message, tag="predict_reply"):

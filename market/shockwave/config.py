@@ -32,7 +32,10 @@ class ShockwaveConfig:
     reopt_rounds: periodic re-plan interval in rounds (reference: 8).
     log_approximation_bases: break points of the reference's piecewise-linear log (``utility="pwl"``).
     utility: "log" (true log, default) or "pwl" (the reference's interpolation).
-    formulation: "round_count" (default) or "time_indexed".
+    formulation: "round_count" (default), "time_indexed" or "reference" (the reference's own
+        time-indexed model, fallback and rank MILP, laid out so that the solver receives the same
+        problem as the reference's: :mod:`market.shockwave.reference_model`; needs the reference's
+        fairness, utility and packing).
     solver: "auto", "HIGHS" or "SCIP".
     rel_gap: relative MIP gap.
     node_limit: branch-and-bound node limit (deterministic limit; both modes).
@@ -57,6 +60,9 @@ class ShockwaveConfig:
         reference: at round index x L, which drifts from time when rounds are not exactly L long, §9).
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
         on d150-wide's ten slowest solves, 1.8x faster and never a worse objective).
+    feasibility_jump: leave HiGHS's feasibility jump heuristic on (HiGHS's default). Off by default:
+        in HiGHS 1.16 it can loop for ever inside a sub-MIP (:func:`market.solver.solver_options`).
+        The reference preset turns it on, since the reference ran HiGHS with its defaults.
     level_search: solve the round-count model by the level search of
         :mod:`market.shockwave.levels` (exact within ``rel_gap``; the MILP solver takes over when it
         does not apply or cannot certify its plan). False: the MILP solver always.
@@ -95,13 +101,21 @@ class ShockwaveConfig:
     restart_cost: bool = False
     replan_on_batch_size_change: bool = False
     sub_mip_heuristics: bool = True
+    feasibility_jump: bool = False
     level_search: bool = True
     reopt_clock: str = "plan"
     window_clock: str = "time"
 
     def __post_init__(self) -> None:
-        if self.formulation not in ("round_count", "time_indexed"):
-            raise ValueError(f"formulation must be 'round_count' or 'time_indexed', got {self.formulation!r}")
+        if self.formulation not in ("round_count", "time_indexed", "reference"):
+            raise ValueError(
+                f"formulation must be 'round_count', 'time_indexed' or 'reference', got {self.formulation!r}"
+            )
+        if self.formulation == "reference" and (self.fairness, self.utility, self.packing) != ("reference", "pwl", "rank"):
+            raise ValueError(
+                "formulation 'reference' is the reference's whole planner: it needs fairness = 'reference', "
+                f"utility = 'pwl' and packing = 'rank', got {self.fairness!r}, {self.utility!r}, {self.packing!r}"
+            )
         if self.fairness not in ("window", "projected", "reference"):
             raise ValueError(f"fairness must be 'window', 'projected' or 'reference', got {self.fairness!r}")
         if self.preempt_margin < 0:

@@ -28,6 +28,7 @@ def _solver_and_options(config: ShockwaveConfig) -> tuple[str, dict[str, Any]]:
         threads=config.threads,
         seed=config.seed,
         sub_mip_heuristics=config.sub_mip_heuristics,
+        feasibility_jump=config.feasibility_jump,
     )
 
 

@@ -12,9 +12,10 @@ import numpy as np
 import structlog
 
 from market.shockwave.config import ShockwaveConfig
-from market.shockwave.tables import evaluate_counts, missed_deadlines, PlanJob, tabulate, width_classes
+from market.shockwave.tables import evaluate_counts, missed_deadlines, PlanJob, Tables, tabulate, width_classes
 from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
 from market.shockwave.milp import rank_milp, solve_counts, SolverFailure
+from market.shockwave.reference_model import CalibrationCalls, plan_reference, work_conserve_reference
 
 
 log = structlog.get_logger()
@@ -45,6 +46,10 @@ class WindowPlan:
         "constrained" path: their n_min rounds must lie in rounds 0..D_j-1 of the window.
     solver: what found the counts: "levels" (the level search), the MILP solver's name ("HIGHS",
         "SCIP") or "greedy" (no solver solution).
+    calibration_calls: ``formulation = "reference"``: job id -> calibration calls the reference's
+        planner makes for the job in this re-plan
+        (:class:`market.shockwave.reference_model.CalibrationCalls`; the predictor advances its
+        calibration by them). None otherwise.
     """
 
     start_round: int
@@ -62,6 +67,7 @@ class WindowPlan:
     market_rounds: list[list[int]] = field(default_factory=list)
     deadlines: dict[int, int] = field(default_factory=dict)
     solver: str = ""
+    calibration_calls: dict[int, int] | None = None
 
 
 # ---------------------------------------------------------------------------------- plan_window
@@ -107,11 +113,72 @@ def plan_window(
     if config.restart_cost and restart_s:
         kept = set(running)
         restart = np.array([0.0 if j.job_id in kept else float(restart_s.get(j.job_id, 0.0)) for j in jobs])
+    calls = None
+    if config.formulation == "reference":
+        calls = [CalibrationCalls(j) for j in jobs]
+        jobs = [c.model_input() for c in calls]
     tables = tabulate(jobs, num_gpus=num_gpus, now_s=now_s, round_duration_s=round_duration_s, config=config,
                       restart_s=restart)
     N = len(tables.ids)
-    order = urgency_order(tables)
     t0 = time.perf_counter()
+    if calls is not None:
+        x, path, reason, solver, packer, shortfall, priority = _reference_path(
+            tables, jobs, calls, num_gpus=num_gpus, round_index=round_index, now_s=now_s,
+            round_duration_s=round_duration_s, config=config)
+        deadlines = False
+    else:
+        x, path, reason, solver, packer, shortfall = _solve_and_pack(
+            tables, num_gpus=num_gpus, round_index=round_index, config=config, running=running)
+        deadlines = path == "constrained"
+        priority = tables.priority
+    solve_s = time.perf_counter() - t0
+    # the numpy re-check: deadlines (reported; no packer above may hide a miss) and capacity (below)
+    misses = [tables.ids[j] for j in missed_deadlines(x, tables)] if deadlines else []
+    if misses:
+        log.info("shockwave_deadline_missed", round_index=round_index, packer=packer, jobs=misses)
+    placed = x.sum(axis=1).astype(np.int64)
+    objective = evaluate_counts(tables, placed, config)
+    if calls is not None:
+        full = work_conserve_reference(x, tables.width, calls, num_gpus)
+    else:
+        full = work_conserve(x, tables.width, tables.remaining, num_gpus)
+    usage = tables.width @ full
+    if np.any(usage > num_gpus):  # cannot happen by construction; never hand out an over-full round
+        raise AssertionError(f"plan exceeds capacity: {usage.max()} > {num_gpus}")
+    ids = tables.ids
+    rounds = [[ids[j] for j in np.flatnonzero(full[:, t])] for t in range(F)]
+    market_rounds = [[ids[j] for j in np.flatnonzero(x[:, t])] for t in range(F)]
+    deadlines = {ids[j]: int(tables.deadline[j]) for j in np.flatnonzero(tables.constrained)} if deadlines else {}
+    if path != "constrained":
+        log.info(
+            "shockwave_replan", round_index=round_index, path=path, reason=reason, jobs=N, solve_s=round(solve_s, 4)
+        )
+    return WindowPlan(
+        start_round=round_index,
+        rounds=rounds,
+        counts={ids[j]: int(placed[j]) for j in range(N)},
+        path=path,
+        objective=objective,
+        solve_s=solve_s,
+        reason=reason,
+        shortfall=shortfall,
+        priorities={ids[j]: float(priority[j]) for j in range(N)},
+        constrained_jobs=int(tables.constrained.sum()) if path == "constrained" else 0,
+        packer=packer,
+        deadline_misses=misses,
+        market_rounds=market_rounds,
+        deadlines=deadlines,
+        solver=solver,
+        calibration_calls={ids[j]: calls[j].calls for j in range(N)} if calls is not None else None,
+    )
+
+
+def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: ShockwaveConfig,
+                    running: Sequence[int]) -> tuple[np.ndarray, str, str, str, str, int]:
+    """The project's formulations: the model (constrained, else fallback, else greedy), then the
+    packing of its counts into rounds. Returns (x, path, reason, solver, packer, shortfall)."""
+    N, F = len(tables.ids), config.future_rounds
+    order = urgency_order(tables)
     path, reason, x, solver = "constrained", "", None, ""
     counts: np.ndarray | None = None
     reference = tables.plain_utility is not None
@@ -144,7 +211,6 @@ def plan_window(
             path, reason = "greedy", f"{reason + '; ' if reason else ''}solver: {err}"
             log.warning("shockwave_greedy_plan", round_index=round_index, reason=reason, jobs=N)
             counts, x, solver = greedy_counts(tables, num_gpus, F), None, "greedy"
-    solve_s = time.perf_counter() - t0
     counts = np.minimum(counts, F)
     shortfall, packer = 0, "solver"
     deadlines = path == "constrained"
@@ -193,42 +259,27 @@ def plan_window(
                 log.warning("shockwave_time_indexed_failed", round_index=round_index, reason=str(err))
         if shortfall:
             log.warning("shockwave_packing_shortfall", round_index=round_index, dropped=shortfall, path=path)
-        solve_s = time.perf_counter() - t0
-    # the numpy re-check: deadlines (reported; no packer above may hide a miss) and capacity (below)
-    misses = [tables.ids[j] for j in missed_deadlines(x, tables)] if deadlines else []
-    if misses:
-        log.info("shockwave_deadline_missed", round_index=round_index, packer=packer, jobs=misses)
-    placed = x.sum(axis=1).astype(np.int64)
-    objective = evaluate_counts(tables, placed, config)
-    full = work_conserve(x, tables.width, tables.remaining, num_gpus)
-    usage = tables.width @ full
-    if np.any(usage > num_gpus):  # cannot happen by construction; never hand out an over-full round
-        raise AssertionError(f"plan exceeds capacity: {usage.max()} > {num_gpus}")
-    ids = tables.ids
-    rounds = [[ids[j] for j in np.flatnonzero(full[:, t])] for t in range(F)]
-    market_rounds = [[ids[j] for j in np.flatnonzero(x[:, t])] for t in range(F)]
-    deadlines = {ids[j]: int(tables.deadline[j]) for j in np.flatnonzero(tables.constrained)} if deadlines else {}
-    if path != "constrained":
-        log.info(
-            "shockwave_replan", round_index=round_index, path=path, reason=reason, jobs=N, solve_s=round(solve_s, 4)
-        )
-    return WindowPlan(
-        start_round=round_index,
-        rounds=rounds,
-        counts={ids[j]: int(placed[j]) for j in range(N)},
-        path=path,
-        objective=objective,
-        solve_s=solve_s,
-        reason=reason,
-        shortfall=shortfall,
-        priorities={ids[j]: float(tables.priority[j]) for j in range(N)},
-        constrained_jobs=int(tables.constrained.sum()) if path == "constrained" else 0,
-        packer=packer,
-        deadline_misses=misses,
-        market_rounds=market_rounds,
-        deadlines=deadlines,
-        solver=solver,
-    )
+    return x, path, reason, solver, packer, shortfall
+
+
+def _reference_path(tables: Tables, jobs: Sequence[PlanJob], calls: Sequence[CalibrationCalls], *, num_gpus: int,
+                    round_index: int, now_s: float, round_duration_s: float, config: ShockwaveConfig):
+    """``formulation = "reference"``: :func:`market.shockwave.reference_model.plan_reference`, or
+    the greedy plan when even its fallback has no solution. Returns (x, path, reason, solver,
+    packer, shortfall, priorities)."""
+    try:
+        plan = plan_reference(tables, jobs, calls, num_gpus=num_gpus, window_start_s=now_s,
+                              round_duration_s=round_duration_s, config=config)
+    except SolverFailure as err:
+        reason = f"solver: {err}"
+        log.warning("shockwave_greedy_plan", round_index=round_index, reason=reason, jobs=len(tables.ids))
+        counts = greedy_counts(tables, num_gpus, config.future_rounds)
+        x, shortfall = pack_counts(counts, tables.width, urgency_order(tables), num_gpus, config.future_rounds,
+                                   config.reopt_rounds)
+        return x, "greedy", reason, "greedy", "urgency", shortfall, tables.priority
+    from market.solver import choose_solver
+
+    return plan.x, plan.path, plan.reason, choose_solver(config.solver), plan.packer, 0, plan.priorities
 
 
 def _config_dict(config: ShockwaveConfig) -> dict[str, Any]:

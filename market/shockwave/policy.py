@@ -46,6 +46,7 @@ class ShockwavePolicy:
         self._plan_gpus = 0
         self._last_selected: list[int] = []
         self._reopt_counter = 0
+        self.calibration_calls: dict[int, int] | None = None  # for the predictor (reference formulation)
         self.stats: dict[str, Any] = {
             "replans": 0,
             "constrained": 0,
@@ -121,7 +122,8 @@ class ShockwavePolicy:
             return []
         if self._last_selected or self.plan is not None:
             self._reopt_counter += 1  # a round has passed since the last call
-        if self._needs_replan(ctx):
+        replanned = self._needs_replan(ctx)
+        if replanned:
             self.plan = plan_window(
                 self._inputs(ctx),
                 num_gpus=ctx.num_gpus,
@@ -151,6 +153,9 @@ class ShockwavePolicy:
                 if len(st[key]) >= 2 * STATS_KEPT:  # a long-lived serve: keep the newest, amortised
                     del st[key][:-STATS_KEPT]
         assert self.plan is not None
+        if self.plan.calibration_calls is not None:
+            # the reference recalibrates only while it plans: no calls in the rounds between
+            self.calibration_calls = dict(self.plan.calibration_calls) if replanned else {j: 0 for j in ctx.jobs}
         chosen = self.plan.rounds[ctx.round_index - self.plan.start_round]
         out, used = [], 0
         for job_id in chosen:

@@ -139,6 +139,46 @@ def test_a_calibration_stays_in_force_on_the_reference_clock(clock, remaining):
     assert second.remaining_s == pytest.approx(remaining)
 
 
+def test_the_reference_clock_recalibrates_at_every_call_and_advances_by_the_calls_reported():
+    """The reference recalibrates at every read of a job's epoch durations, each call from what the
+    previous one left (docs/reference.md §4.3). One job, 3 epochs of 10 s, measured once: the
+    factors a_1, a_2, ... come from calibration_factor_rounds in turn, and R = 2 x 10 s x a."""
+    prof = JobProfile(samples_per_epoch=100, bs_every_epoch=(2, 2, 2), duration_every_epoch=(10.0, 10.0, 10.0))
+    factors = [1.0]
+    for _ in range(6):
+        nxt = calibration_factor_rounds([(5, 2.0, 2)], 10.0, np.array([10.0, 10.0, 10.0]), factors[-1], 100)
+        factors.append(factors[-1] if nxt is None else nxt)
+    assert len(set(factors[:4])) == 4  # it keeps moving for a while
+
+    def fresh():
+        pred = Predictor(PredictorConfig(calibration_clock="rounds"), round_duration_s=10.0)
+        pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
+        pred.observe_progress(1, round_index=4, epochs_done=0, throughput=2.0, batch_size=2, run_s=10.0)
+        return pred
+
+    pred = fresh()
+    first = pred.predict(round_index=5, now_s=50.0, num_gpus=1, round_duration_s=10.0)[1]
+    # the share estimate made two calls (elapsed, then R); the planner's values start at the third
+    assert first.fair_share_finish_s == pytest.approx(0.0 + 20.0 * factors[2])
+    assert first.remaining_s == pytest.approx(20.0 * factors[3])
+    assert [r for r, _ in first.calibration_chain][:3] == pytest.approx([20.0 * a for a in factors[3:6]])
+    # the planner reports no call (a round it did not re-plan): the calibration stays at a_2
+    again = pred.predict(round_index=6, now_s=60.0, num_gpus=1, round_duration_s=10.0, calibration_calls={1: 0})[1]
+    assert again.remaining_s == pytest.approx(20.0 * factors[3])
+    # two calls: at a_4, and the next prediction starts from a_5
+    after = pred.predict(round_index=7, now_s=70.0, num_gpus=1, round_duration_s=10.0, calibration_calls={1: 2})[1]
+    assert after.remaining_s == pytest.approx(20.0 * factors[5])
+    # not reported: the calibration advances to the values it gave (one call)
+    pred = fresh()
+    pred.predict(round_index=5, now_s=50.0, num_gpus=1, round_duration_s=10.0)
+    nxt = pred.predict(round_index=6, now_s=60.0, num_gpus=1, round_duration_s=10.0)[1]
+    assert nxt.remaining_s == pytest.approx(20.0 * factors[4])
+    # the project's clock has no chain
+    run = Predictor(round_duration_s=10.0)
+    run.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
+    assert run.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=10.0)[1].calibration_chain == ()
+
+
 def test_unknown_calibration_clock_is_refused():
     with pytest.raises(ValueError, match="calibration_clock"):
         PredictorConfig(calibration_clock="wall")
