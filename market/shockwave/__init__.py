@@ -73,8 +73,12 @@ Formulations:
   solved instead. Only if that fails too are the unplaced job-rounds dropped (logged, counted in
   ``stats["packing_shortfall"]``); the plan's objective is always re-evaluated from the counts
   actually placed, and work conservation fills the GPUs.
-- ``time_indexed``: the reference's x[j, t] model with per-round capacity, linked to the same one-hot
-  utility table; kept to cross-check the optimum.
+- ``time_indexed``: an x[j, t] model with per-round capacity, linked to the same one-hot utility
+  table; kept to cross-check the optimum.
+- ``reference``: the reference's own planner (:mod:`market.shockwave.reference_model`): its x[j, t]
+  model with SOS2 selectors, constraint 5, fallback, rank MILP and work conservation, built so that
+  HiGHS receives the problem the reference's cvxpy code gives it, with the reference's calibration
+  calls. The reference preset uses it; it replays the reference job by job.
 
 Numerics: leftover in kiloseconds, the objective multiplied by N F, every utility shifted to 0 at
 n = 0, everything scaled down when a coefficient exceeds 1e7, cost coefficients below 1e-6 set to

@@ -35,6 +35,9 @@ class ShockwavePolicy:
             counters count every re-plan; the lists keep at least the newest :data:`STATS_KEPT`
             re-plans and at most twice that, so a long-lived ``serve`` does not grow without bound.
         plan: the cached :class:`WindowPlan` (or None).
+        calibration_calls: ``formulation = "reference"``: job id -> calibration calls its planner made
+            in the last round (0 where it did not re-plan); the clearinghouse hands them to the
+            predictor with the next prediction request. None for the other formulations.
     """
 
     name = "shockwave"
