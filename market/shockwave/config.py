@@ -35,7 +35,8 @@ class ShockwaveConfig:
     formulation: "round_count" (default), "time_indexed" or "reference" (the reference's own
         time-indexed model, fallback and rank MILP, laid out so that the solver receives the same
         problem as the reference's: :mod:`market.shockwave.reference_model`; needs the reference's
-        fairness, utility and packing).
+        fairness, utility and packing and no restart cost; its priorities are uncapped whatever
+        ``priority_cap`` says, and ``preempt_margin`` and ``level_search`` do not apply).
     solver: "auto", "HIGHS" or "SCIP".
     rel_gap: relative MIP gap.
     node_limit: branch-and-bound node limit (deterministic limit; both modes).
@@ -111,10 +112,13 @@ class ShockwaveConfig:
             raise ValueError(
                 f"formulation must be 'round_count', 'time_indexed' or 'reference', got {self.formulation!r}"
             )
-        if self.formulation == "reference" and (self.fairness, self.utility, self.packing) != ("reference", "pwl", "rank"):
+        if self.formulation == "reference" and (
+            (self.fairness, self.utility, self.packing, self.restart_cost) != ("reference", "pwl", "rank", False)
+        ):
             raise ValueError(
                 "formulation 'reference' is the reference's whole planner: it needs fairness = 'reference', "
-                f"utility = 'pwl' and packing = 'rank', got {self.fairness!r}, {self.utility!r}, {self.packing!r}"
+                "utility = 'pwl', packing = 'rank' and restart_cost = false, got "
+                f"{self.fairness!r}, {self.utility!r}, {self.packing!r}, {self.restart_cost!r}"
             )
         if self.fairness not in ("window", "projected", "reference"):
             raise ValueError(f"fairness must be 'window', 'projected' or 'reference', got {self.fairness!r}")
