@@ -62,3 +62,11 @@ def test_runs_of_a_trace_merge_across_reference_files():
     # canonical's four baselines ship in reference_baselines.json, its AlloX run in reference_reruns.json
     rows = run_parity(["canonical"], ["allox"])
     assert [(r.trace, r.policy, r.equal) for r in rows] == [("canonical", "allox", 120)]
+
+
+@pytest.mark.slow
+def test_shockwave_with_the_reference_preset_equals_the_reference_on_a_trace_it_was_not_built_on():
+    """P1 (120 jobs, 32 GPUs): the reference's Shockwave rerun with HiGHS (reference_reruns.json),
+    replayed with configs/shockwave_reference.toml, which was made to match the canonical trace only."""
+    rows = run_parity(["P1"], ["shockwave"])
+    assert [(r.policy, r.equal, r.num_jobs) for r in rows] == [("shockwave", 120, 120)]
