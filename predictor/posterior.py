@@ -217,15 +217,14 @@ def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momen
         series: (round index, finish-time estimate in seconds) pairs in append order, non-empty.
         round_index: the current round; no entry may be later.
         momentum: weight of the time-weighted average (reference: 0.9).
+        running_sum: evaluate A in the reference's order of floating-point operations (each weight
+            over their sum, then a running sum of weight x estimate), which can differ from the
+            weighted mean in the last bits (the reference preset, ``PredictorConfig.reference_float_order``).
 
     Returns:
         momentum x A + (1 - momentum) x v_n, where A weights each estimate by the rounds it was in
         force (the last one until ``round_index``). When all weights are 0 (every entry made
         in the current round) A = v_n (the reference asserts there is then a single entry).
-
-        running_sum: evaluate A in the reference's order of floating-point operations (each weight
-            over their sum, then a running sum of weight x estimate), which can differ from the
-            weighted mean in the last bits (the reference preset, ``PredictorConfig.reference_float_order``).
 
     Raises:
         ValueError: empty series, or an entry after ``round_index``.
@@ -241,7 +240,7 @@ def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momen
     if running_sum and total > 0:
         # the reference's order of operations: shares w_i / sum w, then a running sum of share x estimate
         average = 0.0
-        for share, value in zip((weights / np.sum(weights)).tolist(), values.tolist()):
+        for share, value in zip((weights / total).tolist(), values.tolist()):
             average += share * value
     else:
         average = float(values[-1]) if total <= 0 else float(np.dot(weights, values) / total)

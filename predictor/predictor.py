@@ -98,9 +98,9 @@ class PredictorConfig:
     observations: "profile" (reference: observed epochs read from the profile's schedule) or
         "observed" (from reported batch sizes); jobs without a profile always use "observed".
     unknown_epoch_s: epoch duration assumed for a job with no profile and no throughput at all.
-    reference_float_order: compute the fair-share target and the elapsed epoch time in the
-        reference's order of floating-point operations (a running sum, Python's ``sum``), so that
-        they equal the reference's bit for bit (the reference preset; the results differ only in
+    reference_float_order: compute the fair-share target, the posterior and the elapsed epoch time
+        in the reference's order of floating-point operations (running sums, Python's ``sum``), so
+        that they equal the reference's bit for bit (the reference preset; the results differ only in
         the last bits, but the solver's choice among near-equal plans can follow them).
     """
 
@@ -426,20 +426,19 @@ class Predictor:
 
         share = None
         if reestimate:
-            elapsed = call()[2]
-            remaining = call()[0] if job.epochs_done < job.num_epochs else self._estimate(job, factors[-1])[0]
-            share = (remaining, elapsed)
+            after_one = call()  # the share estimate reads the elapsed time after one call
+            after_two = call() if job.epochs_done < job.num_epochs else after_one  # and R after another
+            share = (after_two[0], after_one[2])
         made = len(factors) - 1
-        chain = []
+        estimates = []
         for _ in range(CALIBRATION_CHAIN):
-            remaining, mean_epoch, elapsed = call()
-            chain.append((remaining, mean_epoch))
+            estimates.append(call())
             if factors[-1] == factors[-2]:
                 break
         job.pending = (made, factors)
-        first = chain[0]
-        return first[0], first[1], self._estimate(job, factors[made + 1])[2], share or (first[0], elapsed), (
-            tuple(chain) if len(chain) > 1 else ())
+        remaining, mean_epoch, elapsed = estimates[0]
+        chain = tuple((r, m) for r, m, _ in estimates) if len(estimates) > 1 else ()
+        return remaining, mean_epoch, elapsed, share or (remaining, elapsed), chain
 
     def _estimate(self, job: _JobRecord, factor: float | None = None) -> tuple[float, float, float]:
         """(R, d̄, sum of durations of epochs < p) for one job, seconds; ``factor``: the calibration

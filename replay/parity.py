@@ -9,7 +9,7 @@ every job's JCT with the reference's. Two sets are bundled (provenance of both i
 - ``reference_reruns.json``: traces no policy of ours was developed on (three drawn with
   ``shockwave trace generate``, the reference's own 220- and 460-job scale traces), and AlloX on
   every trace, each run by this project with the reference code, unchanged; and Shockwave on the
-  canonical trace, run with HiGHS in place of Gurobi and replayed with the reference preset
+  canonical trace and P1, run with HiGHS in place of Gurobi and replayed with the reference preset
   (``configs/shockwave_reference.toml``).
 
 A job is *equal* when ``|JCT - JCT_ref| <= tolerance_s`` (default 1e-6 s: the reference is

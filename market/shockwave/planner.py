@@ -277,9 +277,7 @@ def _reference_path(tables: Tables, jobs: Sequence[PlanJob], calls: Sequence[Cal
         x, shortfall = pack_counts(counts, tables.width, urgency_order(tables), num_gpus, config.future_rounds,
                                    config.reopt_rounds)
         return x, "greedy", reason, "greedy", "urgency", shortfall, tables.priority
-    from market.solver import choose_solver
-
-    return plan.x, plan.path, plan.reason, choose_solver(config.solver), plan.packer, 0, plan.priorities
+    return plan.x, plan.path, plan.reason, plan.solver, plan.packer, 0, plan.priorities
 
 
 def _config_dict(config: ShockwaveConfig) -> dict[str, Any]:

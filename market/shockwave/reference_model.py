@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
+import msgspec
 import numpy as np
 
 from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
@@ -36,13 +37,14 @@ from market.shockwave.tables import Tables
 class ReferencePlan(NamedTuple):
     """x: (N, F) bool, the market's rounds; path: "constrained" or "fallback"; reason: why the
     fallback; priorities: P_j (1 on the constrained path, which the reference does not weigh);
-    packer: "solver" (the model's own x) or "rank_milp"."""
+    packer: "solver" (the model's own x) or "rank_milp"; solver: the MILP solver's name."""
 
     x: np.ndarray
     path: str
     reason: str
     priorities: list[float]
     packer: str
+    solver: str
 
 
 class CalibrationCalls:
@@ -79,14 +81,10 @@ class CalibrationCalls:
         return self._current()[0]
 
     def model_input(self):
-        """The job with the model's d̄ (one call) and R (the next call) in place of the prediction's."""
-        import msgspec
-
+        """The job (a ``predictor.Prediction``) with the model's d̄ (one call) and R (the next call)
+        in place of the prediction's."""
         mean_epoch = self.calibrate()[1]
-        remaining = self.remaining()
-        if hasattr(self.job, "__struct_fields__"):
-            return msgspec.structs.replace(self.job, remaining_s=remaining, mean_epoch_s=mean_epoch)
-        return self.job
+        return msgspec.structs.replace(self.job, remaining_s=self.remaining(), mean_epoch_s=mean_epoch)
 
 
 def work_conserve_reference(x: np.ndarray, width: np.ndarray, calls: Sequence[CalibrationCalls],
@@ -137,7 +135,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
             reason = f"fairness constraints: {solver} raised {type(err).__name__}: {err}"
         else:
             if x.value is not None and problem.status in SOLUTION_PRESENT:
-                return ReferencePlan(_rounded(x.value), "constrained", "", [1.0] * len(jobs), "solver")
+                return ReferencePlan(_rounded(x.value), "constrained", "", [1.0] * len(jobs), "solver", solver)
             reason = f"fairness constraints: {solver} status {problem.status}"
     remaining = []
     for c in calls:  # §4.7 step 1: a calibration, then the posterior
@@ -166,8 +164,8 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
                 ranked = np.zeros_like(values)
                 ranked[order] = np.asarray(y.value).T
     if ranked is None:
-        return ReferencePlan(_rounded(values), "fallback", reason, priorities, "solver")
-    return ReferencePlan(_rounded(ranked), "fallback", reason, priorities, "rank_milp")
+        return ReferencePlan(_rounded(values), "fallback", reason, priorities, "solver", solver)
+    return ReferencePlan(_rounded(ranked), "fallback", reason, priorities, "rank_milp", solver)
 
 
 def _rounded(values: np.ndarray) -> np.ndarray:
