@@ -98,6 +98,13 @@ class PredictorConfig:
     observations: "profile" (reference: observed epochs read from the profile's schedule) or
         "observed" (from reported batch sizes); jobs without a profile always use "observed".
     unknown_epoch_s: epoch duration assumed for a job with no profile and no throughput at all.
+    contention: the N of the fair share s = min(1, G / N) in each fair-share finish-time estimate
+        (§4.5): "active" (the reference: jobs active now), "peak" (ours: the most jobs active at
+        once since the job arrived) or "submitted" (every job submitted so far, finished ones
+        included; grows without bound on a long-lived cluster). With "active" the estimate falls
+        as the cluster empties, so jobs that waited through a crowded period are planned against
+        targets they can no longer meet and their lateness priorities crowd out the rest; the
+        finish-time fairness metric (§6) uses the trace's N / G throughout.
     reference_float_order: compute the fair-share target, the posterior and the elapsed epoch time
         in the reference's order of floating-point operations (running sums, Python's ``sum``), so
         that they equal the reference's bit for bit (the reference preset; the results differ only in
@@ -110,8 +117,11 @@ class PredictorConfig:
     observations: str = "profile"
     unknown_epoch_s: float = 60.0
     reference_float_order: bool = False
+    contention: str = "peak"
 
     def __post_init__(self) -> None:
+        if self.contention not in ("active", "peak", "submitted"):
+            raise ValueError(f"contention must be 'active', 'peak' or 'submitted', got {self.contention!r}")
         if self.observations not in ("profile", "observed"):
             raise ValueError(f"observations must be 'profile' or 'observed', got {self.observations!r}")
         if self.calibration_clock not in ("run", "rounds"):
@@ -142,6 +152,7 @@ class _JobRecord:
     pending: tuple[int, list[float]] | None = None  # "rounds": (calls already made, factors after each call)
     steps_by_bs: dict[int, list[float]] = field(default_factory=dict)  # bs -> [steps, seconds]
     share_series: list[tuple[int, float]] = field(default_factory=list)
+    peak_active: int = 0  # the most jobs active at once since it was added
     predictions: list[tuple[int, float, float, float]] = field(default_factory=list)  # round, now, R, run_s
 
     # ------------------------------------------------------------------ derived quantities
@@ -189,6 +200,7 @@ class Predictor:
         self._reestimate = True
         self._last_num_gpus: int | None = None
         self._finished: dict[int, list[dict[str, float]]] = {}
+        self._submitted = 0
 
     # ------------------------------------------------------------------ feeding
     def add_job(
@@ -257,6 +269,7 @@ class Predictor:
             initial_throughput=throughput,
             batch_size=int(batch_size),
         )
+        self._submitted += 1
         self._reestimate = True
 
     def observe_progress(
@@ -373,8 +386,12 @@ class Predictor:
         reestimate = self._reestimate and bool(self._jobs)
         basics = {job_id: self._estimates(job, reestimate) for job_id, job in self._jobs.items()}
         if reestimate:
-            share = min(1.0, num_gpus / len(self._jobs))
+            active = len(self._jobs)
             for job_id, job in self._jobs.items():
+                job.peak_active = max(job.peak_active, active)
+                contention = {"active": active, "peak": job.peak_active, "submitted": self._submitted}[
+                    self.config.contention]
+                share = min(1.0, num_gpus / contention)
                 remaining, elapsed = basics[job_id][3]
                 job.share_series.append((int(round_index), job.submit_s + (elapsed + remaining) / share))
         self._reestimate = False

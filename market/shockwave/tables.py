@@ -21,6 +21,7 @@ class PlanJob(Protocol):
     remaining_s: float
     mean_epoch_s: float
     target_finish_s: float
+    submit_s: float
 
 
 # ---------------------------------------------------------------------------------- tabulation
@@ -87,6 +88,10 @@ def tabulate(
     R = np.array([max(0.0, float(j.remaining_s)) for j in jobs], dtype=np.float64) + restart
     dbar = np.array([max(1e-9, float(j.mean_epoch_s)) for j in jobs], dtype=np.float64)
     target = np.array([max(1e-9, float(j.target_finish_s)) for j in jobs], dtype=np.float64)
+    # where rho's times count from: the job's arrival (ours, as the metric's JCT / fair JCT) or t = 0
+    # (the reference's ratio of finish times, under which a late arrival's lateness looks small)
+    origin = (np.array([float(j.submit_s) for j in jobs], dtype=np.float64) if config.rho_from == "arrival"
+              else np.zeros(N))
     n = np.arange(F + 1, dtype=np.float64)
     # A job whose epoch count is complete but that still has time to run (its batch size changed
     # within the last epoch, so the epoch count ran ahead of the steps) keeps R / d̄ epochs to go:
@@ -104,7 +109,7 @@ def tabulate(
     runnable = width <= num_gpus
     spare = max(0.0, float(width[runnable] @ R[runnable]) / max(num_gpus, 1) - F * L)
     share = min(1.0, num_gpus / max(N, 1))
-    rho = (now_s + R / share) / target
+    rho = (now_s + R / share - origin) / np.maximum(target - origin, 1e-9)
     priority = np.ones(N)
     late = rho > config.rhomax
     priority[late] = rho[late] ** config.lam

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -437,3 +438,21 @@ def test_weights_that_are_not_finite_are_refused(field):
     for bad in (float("nan"), float("inf")):
         with pytest.raises(ValueError, match="finite"):
             ShockwaveConfig(**{field: bad})
+
+
+def test_rho_counts_from_the_arrival_or_from_the_trace_start():
+    # arrived at 9,000 s with a 1,000 s target JCT (FTobj 10,000 s); R = 500 s, alone (share 1)
+    job = msgspec.structs.replace(plan_input(0, 1, 10, 5, 500.0, 100.0, 10_000.0), submit_s=9_000.0)
+
+    def tables(rho_from: str):
+        return tabulate([job], num_gpus=1, now_s=10_500.0, round_duration_s=100.0,
+                        config=ShockwaveConfig(future_rounds=4, rho_from=rho_from))
+
+    arrival, reference = tables("arrival"), tables("trace_start")
+    assert arrival.rho[0] == pytest.approx((10_500.0 + 500.0 - 9_000.0) / 1_000.0)  # JCT 2,000 s / 1,000 s
+    assert reference.rho[0] == pytest.approx(11_000.0 / 10_000.0)  # finish times from t = 0
+    assert arrival.priority[0] == pytest.approx(2.0 ** 12) and reference.priority[0] == pytest.approx(1.1 ** 12)
+    # the bound rhomax FTobj is the same either way: rho_from changes the priorities only
+    assert np.array_equal(arrival.n_min, reference.n_min) and np.array_equal(arrival.slack, reference.slack)
+    with pytest.raises(ValueError, match="rho_from"):
+        ShockwaveConfig(rho_from="submit")

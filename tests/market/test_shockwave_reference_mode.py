@@ -120,7 +120,8 @@ def test_the_preset_holds_the_reference_values():
     assert sw.reopt_rounds == 8
     behaviours = dict(utility="pwl", fairness="reference", packing="rank", priority_cap=math.inf, preempt_margin=0.0,
                       restart_cost=False, reopt_clock="fixed", window_clock="rounds", replan_on_batch_size_change=False,
-                      level_search=False, makespan_k=0.0, formulation="reference", feasibility_jump=True, threads=1)
+                      level_search=False, makespan_k=0.0, formulation="reference", feasibility_jump=True, threads=1,
+                      rho_from="trace_start")
     assert {k: getattr(sw, k) for k in behaviours} == behaviours
     assert preset.simulation.policy == "shockwave"
     for section in ("rounds", "emulation", "workload", "gavel"):
@@ -128,7 +129,9 @@ def test_the_preset_holds_the_reference_values():
     # the predictor calibrates on the reference's clock (§4.3) and sums in its order; the rest is the paper's
     assert preset.predictor.calibration_clock == "rounds" != paper.predictor.calibration_clock
     assert preset.predictor.reference_float_order and not paper.predictor.reference_float_order
-    assert dataclasses.replace(preset.predictor, calibration_clock="run", reference_float_order=False) == paper.predictor
+    assert preset.predictor.contention == "active" != paper.predictor.contention
+    assert dataclasses.replace(preset.predictor, calibration_clock="run", reference_float_order=False,
+                               contention="peak") == paper.predictor
 
 
 @pytest.mark.slow

@@ -219,6 +219,30 @@ def test_fair_share_series_appended_on_add_and_remove_only():
     assert third.target_finish_s == pytest.approx(0.9 * (v1 + v2) / 2 + 0.1 * v2)
 
 
+@pytest.mark.parametrize("contention, alone, newcomer", [
+    ("active", 1, 1),  # the reference: jobs active now
+    ("peak", 2, 1),  # the most jobs active at once since the job arrived
+    ("submitted", 2, 3),  # every job submitted so far, finished ones included
+])
+def test_contention_of_the_fair_share(contention, alone, newcomer):
+    # 1 GPU; each job alone needs 46 s (test above), so an estimate is submit + 46 s x contention
+    pred = Predictor(PredictorConfig(contention=contention))
+    prof = _profile()
+    pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
+    pred.add_job(2, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
+    both = pred.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=120.0)
+    assert both[1].fair_share_finish_s == pytest.approx(2 * 46.0)
+    pred.remove_job(2, finish_s=100.0)
+    left = pred.predict(round_index=1, now_s=120.0, num_gpus=1, round_duration_s=120.0)[1]
+    assert left.fair_share_finish_s == pytest.approx(alone * 46.0)
+    pred.remove_job(1, finish_s=200.0)
+    pred.add_job(3, submit_s=200.0, round_index=2, scale_factor=1, profile=prof)
+    late = pred.predict(round_index=2, now_s=240.0, num_gpus=1, round_duration_s=120.0)[3]
+    assert late.fair_share_finish_s == pytest.approx(200.0 + newcomer * 46.0)
+    with pytest.raises(ValueError, match="contention"):
+        PredictorConfig(contention="trace")
+
+
 def test_quality_records_errors_against_actual_remaining_run_time():
     pred = Predictor(round_duration_s=100.0)
     pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=_profile())
