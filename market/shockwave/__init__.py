@@ -13,8 +13,10 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
   ``log_approximation_bases`` instead.
 - P_j is the fallback priority of §4.7: rho_j^lam when the projected ratio
-  rho_j = (now + R_j / s) / FTobj_j exceeds rhomax (rho_j^100 when also R_j < L), else 1, with
-  s = min(1, G/N). Unlike the reference, P_j is applied in every path (a job that is already late
+  rho_j = (now + R_j / s - a_j) / (FTobj_j - a_j) exceeds rhomax (rho_j^100 when also R_j < L),
+  else 1, with s = min(1, G/N) and a_j the job's arrival (``rho_from = "arrival"``, ours: projected
+  JCT over target JCT; ``"trace_start"``, a_j = 0, is the reference's ratio of finish times). Unlike
+  the reference, P_j is applied in every path (a job that is already late
   keeps its priority even when the other jobs' fairness constraints are feasible) and it is capped
   at ``priority_cap`` to keep the MILP well scaled (the reference reaches 1e17, §9.11).
 
