@@ -200,7 +200,6 @@ class Predictor:
         self._reestimate = True
         self._last_num_gpus: int | None = None
         self._finished: dict[int, list[dict[str, float]]] = {}
-        self._submitted = 0
 
     # ------------------------------------------------------------------ feeding
     def add_job(
@@ -269,7 +268,6 @@ class Predictor:
             initial_throughput=throughput,
             batch_size=int(batch_size),
         )
-        self._submitted += 1
         self._reestimate = True
 
     def observe_progress(
@@ -387,10 +385,10 @@ class Predictor:
         basics = {job_id: self._estimates(job, reestimate) for job_id, job in self._jobs.items()}
         if reestimate:
             active = len(self._jobs)
+            submitted = active + len(self._finished)  # every job added so far, finished ones included
             for job_id, job in self._jobs.items():
                 job.peak_active = max(job.peak_active, active)
-                contention = {"active": active, "peak": job.peak_active, "submitted": self._submitted}[
-                    self.config.contention]
+                contention = {"active": active, "peak": job.peak_active, "submitted": submitted}[self.config.contention]
                 share = min(1.0, num_gpus / contention)
                 remaining, elapsed = basics[job_id][3]
                 job.share_series.append((int(round_index), job.submit_s + (elapsed + remaining) / share))
