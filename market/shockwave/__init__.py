@@ -13,9 +13,12 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
   ``log_approximation_bases`` instead.
 - P_j is the fallback priority of §4.7: rho_j^lam when the projected ratio
-  rho_j = (now + R_j / s - a_j) / (FTobj_j - a_j) exceeds rhomax (rho_j^100 when also R_j < L),
-  else 1, with s = min(1, G/N) and a_j the job's arrival (``rho_from = "arrival"``, ours: projected
-  JCT over target JCT; ``"trace_start"``, a_j = 0, is the reference's ratio of finish times). Unlike
+  rho_j = (now + T_j - a_j) / (FTobj_j - a_j) exceeds rhomax (rho_j^100 when also R_j < L),
+  else 1, with a_j the job's arrival (``rho_from = "arrival"``, ours: projected JCT over target
+  JCT; ``"trace_start"``, a_j = 0, is the reference's ratio of finish times) and T_j the time to
+  the job's end at its fair share (:func:`projected_run_s`): ``projection = "departures"`` (ours)
+  lets the share grow as the jobs with less to do finish; ``"constant"`` (the reference) is
+  T_j = R_j / s with s = min(1, G/N) of the jobs active now. Unlike
   the reference, P_j is applied in every path (a job that is already late
   keeps its priority even when the other jobs' fairness constraints are feasible) and it is capped
   at ``priority_cap`` to keep the MILP well scaled (the reference reaches 1e17, §9.11).
@@ -58,8 +61,8 @@ given them) places rounds by the deadlines; when the contiguous heuristic cannot
 the urgency packer takes over and may miss a deadline, and then the exact rank MILP with the
 deadlines packs the counts instead when it can. Every re-plan re-checks the deadlines in numpy
 (:func:`missed_deadlines`) and reports the misses left (``WindowPlan.deadline_misses``, logged, and
-counted in ``results.json``); on the canonical trace 30 of 114 re-plans fell back to the urgency
-packer, 27 of them were then packed by the rank MILP, and no miss was left.
+counted in ``results.json``); on the canonical trace 41 of 109 re-plans fell back to the urgency
+packer, 40 of them were then packed by the rank MILP, and no miss was left.
 
 Formulations:
 - ``round_count`` (default): binaries y[j, n] (one-hot over n, one matrix variable), leftover
@@ -100,7 +103,8 @@ from market.shockwave.milp import CountsSolution, SolverFailure, rank_milp, solv
 from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
 from market.shockwave.planner import WindowPlan, plan_window
 from market.shockwave.policy import ShockwavePolicy
-from market.shockwave.tables import PlanJob, Tables, evaluate_counts, missed_deadlines, plan_input, tabulate, width_classes
+from market.shockwave.tables import (PlanJob, Tables, evaluate_counts, missed_deadlines, plan_input, projected_run_s, tabulate,
+                                     width_classes)
 
 __all__ = [
     "CountsSolution",
@@ -119,6 +123,7 @@ __all__ = [
     "pack_counts",
     "plan_input",
     "plan_window",
+    "projected_run_s",
     "rank_milp",
     "solve_counts",
     "tabulate",

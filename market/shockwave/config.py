@@ -66,6 +66,12 @@ class ShockwaveConfig:
         origin = 0, a ratio of finish times, under which a job that arrives late in a run looks
         barely late however long it waits: 1,000 s late on a 1,000 s target JCT is rho 2 from its
         arrival but 1.1 for a job arriving at t = 9,000 s).
+    projection: how the projected ratio rho counts the time to the job's end at its fair share:
+        "departures" (ours, chosen on the development suite: :func:`market.shockwave.tables.projected_run_s`,
+        every active job runs at the same share, which grows as jobs with less to do finish) or
+        "constant" (the reference, §4.7: R / s with s = min(1, G / N) of the jobs active now, as if
+        none of them finished before this one; a long job among many short ones looks late and
+        outbids jobs that are).
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
         on d150-wide's ten slowest solves, 1.8x faster and never a worse objective).
     feasibility_jump: leave HiGHS's feasibility jump heuristic on (HiGHS's default). Off by default:
@@ -114,6 +120,7 @@ class ShockwaveConfig:
     reopt_clock: str = "plan"
     window_clock: str = "time"
     rho_from: str = "arrival"
+    projection: str = "departures"
 
     def __post_init__(self) -> None:
         if self.formulation not in ("round_count", "time_indexed", "reference"):
@@ -138,6 +145,8 @@ class ShockwaveConfig:
             raise ValueError(f"window_clock must be 'time' or 'rounds', got {self.window_clock!r}")
         if self.rho_from not in ("arrival", "trace_start"):
             raise ValueError(f"rho_from must be 'arrival' or 'trace_start', got {self.rho_from!r}")
+        if self.projection not in ("constant", "departures"):
+            raise ValueError(f"projection must be 'constant' or 'departures', got {self.projection!r}")
         if self.reopt_clock not in ("plan", "fixed"):
             raise ValueError(f"reopt_clock must be 'plan' or 'fixed', got {self.reopt_clock!r}")
         if self.utility not in ("log", "pwl"):

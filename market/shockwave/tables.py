@@ -56,6 +56,28 @@ class Tables:
     infeasible: bool = False  # fairness "reference": some job cannot meet the constraint (fallback)
 
 
+def projected_run_s(remaining_s: np.ndarray, num_gpus: int, projection: str = "constant") -> np.ndarray:
+    """Seconds from now until each job finishes at its fair share, shape (N,) like ``remaining_s``.
+
+    ``"constant"`` (the reference, §4.7): R_j / s with s = min(1, G / N), as if the N jobs active
+    now stayed active until each one ends. ``"departures"`` (ours): every active job runs at the
+    same share, which grows as jobs finish (processor sharing with departures): sorted by R, the
+    i-th job of N ends (R_(i) - R_(i-1)) max(1, (N - i + 1) / G) after the one before. It equals
+    R / s when every job has the same R; a job with more to do than most is projected to finish
+    sooner than R / s, since the jobs with less will have left the cluster by then.
+    """
+    R = np.asarray(remaining_s, dtype=np.float64)
+    N = R.size
+    if projection == "constant" or N == 0:
+        return R / min(1.0, num_gpus / max(N, 1))
+    order = np.argsort(R, kind="stable")
+    steps = np.diff(R[order], prepend=0.0)
+    left = np.arange(N, 0, -1, dtype=np.float64)  # jobs still running during each step
+    out = np.empty(N)
+    out[order] = np.cumsum(steps * np.maximum(1.0, left / max(num_gpus, 1)))
+    return out
+
+
 def _utility_of_progress(u: np.ndarray, config: ShockwaveConfig) -> np.ndarray:
     if config.utility == "log":
         return np.log(np.maximum(u, LOG_ORIGIN))
@@ -109,7 +131,7 @@ def tabulate(
     runnable = width <= num_gpus
     spare = max(0.0, float(width[runnable] @ R[runnable]) / max(num_gpus, 1) - F * L)
     share = min(1.0, num_gpus / max(N, 1))
-    rho = (now_s + R / share - origin) / np.maximum(target - origin, 1e-9)
+    rho = (now_s + projected_run_s(R, num_gpus, config.projection) - origin) / np.maximum(target - origin, 1e-9)
     priority = np.ones(N)
     late = rho > config.rhomax
     priority[late] = rho[late] ** config.lam

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from market.base import JobView, RoundContext
-from market.shockwave import ShockwaveConfig, ShockwavePolicy, plan_input, pack_contiguous, pack_counts, plan_window, tabulate
+from market.shockwave import (ShockwaveConfig, ShockwavePolicy, pack_contiguous, pack_counts, plan_input, plan_window,
+                              projected_run_s, tabulate)
 from market.solver import choose_solver, solver_options
 from tests.plan_jobs import random_jobs
 
@@ -456,3 +457,31 @@ def test_rho_counts_from_the_arrival_or_from_the_trace_start():
     assert np.array_equal(arrival.n_min, reference.n_min) and np.array_equal(arrival.slack, reference.slack)
     with pytest.raises(ValueError, match="rho_from"):
         ShockwaveConfig(rho_from="submit")
+
+
+def test_projection_with_departures_counts_the_shares_freed_by_jobs_that_finish_first():
+    R = np.array([3.0, 1.0, 2.0])
+    # one GPU: the three jobs share it until the shortest (R = 1) ends at 3 s, then two share it
+    # until the R = 2 job ends at 3 + 1 x 2 = 5 s, then the last runs alone and ends at 6 s
+    assert projected_run_s(R, 1, "departures") == pytest.approx([6.0, 3.0, 5.0])
+    assert projected_run_s(R, 1, "constant") == pytest.approx(R * 3)  # the reference: R / s, s = 1/3
+    # two GPUs: share 2/3 until the first ends (1.5 s), then every job has a GPU of its own
+    assert projected_run_s(R, 2, "departures") == pytest.approx([3.5, 1.5, 2.5])
+    # equal remaining times, or no more jobs than GPUs: both projections agree
+    assert projected_run_s(np.full(4, 7.0), 2, "departures") == pytest.approx(np.full(4, 14.0))
+    assert projected_run_s(R, 3, "departures") == pytest.approx(R)
+    # never later than the constant-share projection, never sooner than running alone
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        r, g = rng.uniform(0.0, 1e4, rng.integers(1, 40)), int(rng.integers(1, 16))
+        dep = projected_run_s(r, g, "departures")
+        assert np.all(dep <= projected_run_s(r, g, "constant") + 1e-6) and np.all(dep >= r - 1e-6)
+
+    # the planner's rho reads it: the long job of two on one GPU is projected at (2 x 1 + 1) / 3
+    jobs = [plan_input(0, 1, 10, 0, 100.0, 10.0, 300.0), plan_input(1, 1, 10, 0, 200.0, 20.0, 300.0)]
+    rho = {p: tabulate(jobs, num_gpus=1, now_s=0.0, round_duration_s=100.0,
+                       config=ShockwaveConfig(future_rounds=4, projection=p)).rho for p in ("constant", "departures")}
+    assert rho["constant"] == pytest.approx([200.0 / 300.0, 400.0 / 300.0])
+    assert rho["departures"] == pytest.approx([200.0 / 300.0, 300.0 / 300.0])
+    with pytest.raises(ValueError, match="projection"):
+        ShockwaveConfig(projection="linear")
