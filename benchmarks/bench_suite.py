@@ -112,13 +112,35 @@ def separating_figures(results: dict) -> dict:
     tells how late they are. ``makespan_floor_s``: no policy can finish sooner, the larger of the
     latest arrival + isolated runtime and the total isolated GPU-seconds over G (t = 0 at the first
     arrival, as the makespan); its ratio to max-min fairness's makespan is the best ratio any
-    policy can reach.
+    policy can reach. ``makespan_round_floor_s``: the same bound for the emulation's rounds of
+    length L, in which a job holds its GPUs to the end of every round it runs in and each start
+    after round 0 costs ``restart_overhead_s`` (docs/reference.md §3.4; charged when the lease
+    fills the round): each job started once and never preempted occupies
+    w_j L ceil((isolated_j + overhead_j) / L) GPU-seconds, overhead_j the restart charge when its
+    run fills a round; their sum over G, less one round (jobs started in round 0 are not charged).
+    It bounds every schedule whose rounds all last L (the
+    emulation ends a round early only when every lease in it has finished, ``rounds_shorter_than_l``
+    counts those more than the restart slack short of L; a round whose leases ran whole rounds
+    ends a fraction of a step before L).
     """
     jobs = results["jobs"]
     start = min(j["arrival_s"] for j in jobs)
     last = max(j["arrival_s"] - start + j["isolated_runtime_s"] for j in jobs)
-    work = sum(j["isolated_runtime_s"] * j["scale_factor"] for j in jobs) / results["num_gpus"]
-    return {"mean_rho": sum(j["rho"] for j in jobs) / len(jobs), "makespan_floor_s": max(last, work)}
+    gpus = results["num_gpus"]
+    work = sum(j["isolated_runtime_s"] * j["scale_factor"] for j in jobs) / gpus
+    out = {"mean_rho": sum(j["rho"] for j in jobs) / len(jobs), "makespan_floor_s": max(last, work)}
+    config = results.get("config") or {}
+    if "rounds" in config and "emulation" in config:
+        L = float(config["rounds"]["round_duration_s"])
+        charge, slack = (float(config["emulation"][k]) for k in ("restart_overhead_s", "restart_overhead_slack_s"))
+        occupied = sum(j["scale_factor"] * L * math.ceil((j["isolated_runtime_s"] + (charge if j["isolated_runtime_s"] > L - slack else 0.0)) / L - 1e-9)
+                       for j in jobs)
+        # jobs that start in round 0 are not charged: their widths sum to at most G, and the
+        # charge can cost each at most one round, so at most G L GPU-seconds come off
+        out["makespan_round_floor_s"] = max(last, occupied / gpus - L)
+        starts = [r["start_s"] for r in results.get("rounds", [])]
+        out["rounds_shorter_than_l"] = sum(1 for a, b in zip(starts, starts[1:]) if b - a < L - slack)
+    return out
 
 
 def override_config(config, pairs: list[str]) -> None:
@@ -168,7 +190,7 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
     known = list(LEGENDS)
     policies = sorted(dict.fromkeys(c["policy"] for c in cells),
                       key=lambda p: known.index(p) if p in known else len(known))
-    lines = ["| trace (jobs, GPUs, load, floor) | policy | makespan s | avg JCT s | worst ρ | unfair % | mean ρ | wall s "
+    lines = ["| trace (jobs, GPUs, load, floor / round floor) | policy | makespan s | avg JCT s | worst ρ | unfair % | mean ρ | wall s "
              "| solve p95 s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for t in traces:
@@ -180,6 +202,8 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
                 continue
             floor = (f", floor {base['makespan_floor_s'] / base['makespan_s']:.2f}×"
                      if base.get("makespan_floor_s") and base.get("makespan_s") else "")
+            if floor and base.get("makespan_round_floor_s"):
+                floor += f" / {base['makespan_round_floor_s'] / base['makespan_s']:.2f}×"
             label = f"{t} ({n}, {gpus.get(t, '?')}, load {load:.1f}{floor})"
             if "error" in r:
                 lines.append(f"| {label} | {LEGENDS.get(p, p)} | {r['error']} | | | | | | |")
@@ -214,7 +238,7 @@ def targets(cells: list[dict], policy: str = "shockwave") -> str:
     when max-min fairness has no unfair job), the makespan floor's ratio (the best any policy can
     reach), the mean rho ratio, and the replay's wall seconds and per-solve p95."""
     by = {(c["trace"], c["policy"]): c for c in cells}
-    lines = ["| trace | makespan (floor) | avg JCT | worst ρ | unfair | mean ρ | wall s | solve p95 s |",
+    lines = ["| trace | makespan (floor / round floor) | avg JCT | worst ρ | unfair | mean ρ | wall s | solve p95 s |",
              "|---|---|---|---|---|---|---|---|"]
     for t in dict.fromkeys(c["trace"] for c in cells):
         r, base = by.get((t, policy)), by.get((t, "max_min_fairness"))
@@ -227,7 +251,10 @@ def targets(cells: list[dict], policy: str = "shockwave") -> str:
             ratio = r[key] / base[key]
             return f"{ratio:.2f}× {'✓' if meets(key, ratio) else '✗'}"
 
-        floor = f" ({base['makespan_floor_s'] / base['makespan_s']:.2f}×)" if base.get("makespan_floor_s") else ""
+        floor = f" ({base['makespan_floor_s'] / base['makespan_s']:.2f}×" if base.get("makespan_floor_s") else ""
+        if floor:
+            rounds = base.get("makespan_round_floor_s")
+            floor += f" / {rounds / base['makespan_s']:.2f}×)" if rounds else ")"
         mean = f"{r['mean_rho'] / base['mean_rho']:.2f}×" if base.get("mean_rho") and "mean_rho" in r else "—"
         p95 = f"{r['solve_s_p95']:.2f}" if r.get("solve_s_p95") is not None else "—"
         lines.append(f"| {t} | {mark('makespan_s')}{floor} | {mark('avg_jct_s')} | {mark('worst_rho')} | "
