@@ -99,16 +99,14 @@ class PredictorConfig:
         "observed" (from reported batch sizes); jobs without a profile always use "observed".
     unknown_epoch_s: epoch duration assumed for a job with no profile and no throughput at all.
     contention: the N of the fair share s = min(1, G / N) in each fair-share finish-time estimate
-        (§4.5): "active" (the reference, and the default: jobs active now), "peak" (the most jobs
-        active at once since the job arrived) or "submitted" (every job submitted so far, finished
-        ones included; grows without bound on a long-lived cluster). With "active" the estimate
-        falls as the cluster empties, so jobs that waited through a crowded period are planned
-        against targets they can no longer meet; under the reference's projection of rho
-        (``[shockwave] projection = "constant"``) their lateness priorities then crowd out the rest,
-        and "peak" was the default (session 15); with the projection "departures" "active" met as
-        many development-suite targets with lower average JCT and unfair fraction (README, fourth
-        round of "Choosing the defaults"). The finish-time fairness metric (§6) uses the trace's
-        N / G throughout.
+        (§4.5): "active" (the reference: jobs active now), "peak" (ours: the most jobs active at
+        once since the job arrived) or "submitted" (every job submitted so far, finished ones
+        included; grows without bound on a long-lived cluster). With "active" the estimate falls
+        as the cluster empties, so jobs that waited through a crowded period are planned against
+        targets they can no longer meet and their lateness priorities crowd out the rest; the
+        finish-time fairness metric (§6) uses the trace's N / G throughout. Under the projection
+        ``[shockwave] projection = "departures"`` "active" met as many development-suite targets,
+        but fewer on both held-out suites (README, fourth round of "Choosing the defaults").
     reference_float_order: compute the fair-share target, the posterior and the elapsed epoch time
         in the reference's order of floating-point operations (running sums, Python's ``sum``), so
         that they equal the reference's bit for bit (the reference preset; the results differ only in
@@ -121,7 +119,7 @@ class PredictorConfig:
     observations: str = "profile"
     unknown_epoch_s: float = 60.0
     reference_float_order: bool = False
-    contention: str = "active"
+    contention: str = "peak"
 
     def __post_init__(self) -> None:
         if self.contention not in ("active", "peak", "submitted"):
