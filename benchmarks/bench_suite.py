@@ -133,8 +133,10 @@ def separating_figures(results: dict) -> dict:
     if "rounds" in config and "emulation" in config:
         L = float(config["rounds"]["round_duration_s"])
         charge, slack = (float(config["emulation"][k]) for k in ("restart_overhead_s", "restart_overhead_slack_s"))
-        occupied = sum(j["scale_factor"] * L * math.ceil((j["isolated_runtime_s"] + (charge if j["isolated_runtime_s"] > L - slack else 0.0)) / L - 1e-9)
-                       for j in jobs)
+        def rounds_held(isolated_s: float) -> int:  # a run that fills a round pays the start charge
+            return math.ceil((isolated_s + (charge if isolated_s > L - slack else 0.0)) / L - 1e-9)
+
+        occupied = sum(j["scale_factor"] * L * rounds_held(j["isolated_runtime_s"]) for j in jobs)
         # jobs that start in round 0 are not charged: their widths sum to at most G, and the
         # charge can cost each at most one round, so at most G L GPU-seconds come off
         out["makespan_round_floor_s"] = max(last, occupied / gpus - L)
@@ -179,6 +181,17 @@ LEGENDS = {"shockwave": "Shockwave", "shockwave@configs/shockwave_reference.toml
            "max_min_fairness": "max-min", "finish_time_fairness": "Themis"}
 
 
+def floors(base: dict) -> str:
+    """A max-min fairness cell's makespan floor and round floor over its makespan ("0.80× / 0.81×";
+    the floor alone when the cell has no round floor, "" when it has no floor)."""
+    if not base.get("makespan_floor_s") or not base.get("makespan_s"):
+        return ""
+    text = f"{base['makespan_floor_s'] / base['makespan_s']:.2f}×"
+    if base.get("makespan_round_floor_s"):
+        text += f" / {base['makespan_round_floor_s'] / base['makespan_s']:.2f}×"
+    return text
+
+
 def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
     """One markdown table: per trace and policy, makespan / average JCT / worst rho / unfair
     fraction / mean rho (ratio to max-min fairness on the same trace), wall seconds and, for
@@ -200,10 +213,7 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
             r = by.get((t, p))
             if r is None:
                 continue
-            floor = (f", floor {base['makespan_floor_s'] / base['makespan_s']:.2f}×"
-                     if base.get("makespan_floor_s") and base.get("makespan_s") else "")
-            if floor and base.get("makespan_round_floor_s"):
-                floor += f" / {base['makespan_round_floor_s'] / base['makespan_s']:.2f}×"
+            floor = f", floor {floors(base)}" if floors(base) else ""
             label = f"{t} ({n}, {gpus.get(t, '?')}, load {load:.1f}{floor})"
             if "error" in r:
                 lines.append(f"| {label} | {LEGENDS.get(p, p)} | {r['error']} | | | | | | |")
@@ -251,10 +261,7 @@ def targets(cells: list[dict], policy: str = "shockwave") -> str:
             ratio = r[key] / base[key]
             return f"{ratio:.2f}× {'✓' if meets(key, ratio) else '✗'}"
 
-        floor = f" ({base['makespan_floor_s'] / base['makespan_s']:.2f}×" if base.get("makespan_floor_s") else ""
-        if floor:
-            rounds = base.get("makespan_round_floor_s")
-            floor += f" / {rounds / base['makespan_s']:.2f}×)" if rounds else ")"
+        floor = f" ({floors(base)})" if floors(base) else ""
         mean = f"{r['mean_rho'] / base['mean_rho']:.2f}×" if base.get("mean_rho") and "mean_rho" in r else "—"
         p95 = f"{r['solve_s_p95']:.2f}" if r.get("solve_s_p95") is not None else "—"
         lines.append(f"| {t} | {mark('makespan_s')}{floor} | {mark('avg_jct_s')} | {mark('worst_rho')} | "

@@ -27,7 +27,8 @@ class ShockwaveConfig:
         rho^lam outbid it until the long jobs end the run on an emptying cluster.
     lam: exponent of the fairness priority rho^lam (the reference's 12; on the development suite,
         benchmarks/suite/dev_suite.toml, it met one target more than 8, 10, 16 and 24 with the
-        project's other defaults).
+        project's other defaults of session 15, and as many as 8 and 16, with lower unfair
+        fractions, under ``projection = "departures"``).
     rhomax: allowed ratio to the fair-share finish-time target.
     future_rounds: F, window length in rounds.
     reopt_rounds: periodic re-plan interval in rounds (reference: 8).
@@ -60,7 +61,8 @@ class ShockwaveConfig:
         re-plans do not reset, §4.10).
     window_clock: "time" (ours: the window starts at the round's start time) or "rounds" (the
         reference: at round index x L, which drifts from time when rounds are not exactly L long, §9).
-    rho_from: where the projected ratio rho = (now + R / s - origin) / (FTobj - origin) counts its
+    rho_from: where the projected ratio rho = (now + T - origin) / (FTobj - origin), T the time to
+        the job's end at its fair share (``projection``), counts its
         times from: "arrival" (ours: origin = the job's arrival, so rho is projected JCT over target
         JCT, the form of the metric rho = JCT / fair JCT) or "trace_start" (the reference, §4.7:
         origin = 0, a ratio of finish times, under which a job that arrives late in a run looks
