@@ -123,6 +123,9 @@ def pack_contiguous(
        that the rest still fits the class capacity of the later rounds:
        sum_{w_j >= c} w_j c_j <= (R - 1) cap_c (cap_c as in :func:`width_classes`);
     3. the round is filled: continuing jobs first, then the others, each group in ``order``.
+    4. job-rounds this pass could not place (a round left with fewer free GPUs than the jobs with
+       rounds to go need, e.g. one free GPU in each of two rounds and a 2-GPU job to place) are
+       placed by moving or trading other jobs' rounds (:func:`_exchange`).
     Within steps 2 and 3 candidates go by (log P_j + ``stay_bonus`` if continuing, highest first;
     then continuing first; then ``order``).
 
@@ -142,7 +145,7 @@ def pack_contiguous(
 
     Returns:
         (x, shortfall) as :func:`pack_counts`; shortfall > 0 means this heuristic failed to place
-        every count (the caller then uses :func:`pack_counts`).
+        every count, exchanges included (the caller then uses :func:`pack_counts`).
     """
     N, F, G = len(counts), future_rounds, num_gpus
     c = np.minimum(np.asarray(counts, dtype=np.int64), F).copy()
@@ -190,8 +193,98 @@ def pack_contiguous(
         x[:, t] = here
         c[here] -= 1
         prev = here
+    if c.any():
+        _exchange(x, c, width, due, G)
     shortfall = int(c.sum())
     return x, shortfall
+
+
+def _exchange(x: np.ndarray, c: np.ndarray, width: np.ndarray, due: np.ndarray, num_gpus: int) -> None:
+    """Place the job-rounds the round-by-round pass left over, each by moving other jobs, in place.
+
+    A job j short of rounds enters a round t before its deadline where it is absent, once t has
+    room for it: jobs k present in t each move to a round t2 before k's deadline where k is absent
+    and that has room for k (rounds t are tried in the order of the fewest blocks split: j next to
+    its own rounds, each k next to its own and not taken from the middle of a block; the latest
+    first on ties), or else a job a of t and a job b of another round t2 trade rounds
+    (:func:`_swap_for`). Whatever cannot be placed so stays in ``c``, which is decremented for every
+    round placed.
+    """
+    N, F = x.shape
+    free = num_gpus - width @ x
+
+    def beside(row: np.ndarray, t: int) -> int:
+        return int((t > 0 and row[t - 1]) or (t + 1 < F and row[t + 1]))
+
+    def moves_out(j: int, t: int) -> tuple[int, list[tuple[int, int, int]]] | None:
+        """The moves (job, from, to) that make room for j in round t, with their score, or None."""
+        room, score, moves = int(free[t]), beside(x[j], t), []
+        room_at = free.copy()
+        for k in np.flatnonzero(x[:, t]):
+            if room >= width[j]:
+                break
+            if k == j:
+                continue
+            options = [
+                (beside(x[k], t2), t2) for t2 in range(int(due[k]))
+                if not x[k, t2] and t2 != t and room_at[t2] >= width[k]
+            ]
+            if not options:
+                continue
+            gain, t2 = max(options)
+            inner = t > 0 and t + 1 < F and x[k, t - 1] and x[k, t + 1]
+            score += gain - int(inner) - 1
+            room += int(width[k])
+            room_at[t2] -= width[k]
+            moves.append((int(k), t, t2))
+        return (score, moves) if room >= width[j] else None
+
+    for j in np.flatnonzero(c > 0):
+        while c[j] > 0:
+            best = None
+            for t in range(int(due[j])):
+                if not x[j, t]:
+                    found = moves_out(j, t)
+                    if found is not None and (best is None or (found[0], t) > best[:2]):
+                        best = (found[0], t, found[1])
+            if best is None:
+                best = _swap_for(j, x, free, width, due)
+            if best is None:
+                return
+            _, t, moves = best
+            for k, src, dst in moves:
+                x[k, src], x[k, dst] = False, True
+                free[src] += width[k]
+                free[dst] -= width[k]
+            x[j, t] = True
+            free[t] -= width[j]
+            c[j] -= 1
+
+
+def _swap_for(j: int, x: np.ndarray, free: np.ndarray, width: np.ndarray, due: np.ndarray):
+    """Room for job j in a round t where it is absent, made by a job a of t and a job b of another
+    round t2 trading rounds (a absent in t2, b absent in t, each inside its deadline) when that
+    frees w_a - w_b >= w_j - free_t GPUs in t and t2 has room for the difference; the latest t
+    first. Returns (0, t, moves) in :func:`_exchange`'s form, or None."""
+    N, F = x.shape
+    ids = np.arange(N)
+    for t in range(int(due[j]) - 1, -1, -1):
+        if x[j, t]:
+            continue
+        deficit = int(width[j] - free[t])
+        for t2 in range(F):
+            if t2 == t:
+                continue
+            a = ids[x[:, t] & ~x[:, t2] & (due > t2) & (ids != j)]
+            b = ids[x[:, t2] & ~x[:, t] & (due > t) & (ids != j)]
+            if a.size == 0 or b.size == 0:
+                continue
+            d = width[a][:, None] - width[b][None, :]
+            ok = np.argwhere((d >= deficit) & (d <= free[t2]))
+            if ok.size:
+                ai, bi = ok[0]
+                return 0, t, [(int(a[ai]), t, t2), (int(b[bi]), t2, t)]
+    return None
 
 
 def work_conserve(x: np.ndarray, width: np.ndarray, remaining_s: np.ndarray, num_gpus: int) -> np.ndarray:

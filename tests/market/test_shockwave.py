@@ -253,6 +253,19 @@ def test_pack_contiguous_meets_deadlines_and_capacity():
     assert x[2, :2].all()
 
 
+def test_pack_contiguous_exchanges_rounds_it_could_not_place():
+    # 2 GPUs, 3 rounds, every GPU-round taken. Round by round: jobs 0 and 1 fill round 0, job 2
+    # takes round 1 alone and the 2-GPU job 3 round 2, so one of job 2's rounds has no place; job
+    # 0 moves to round 1 to make room for it in round 0.
+    width = np.array([1, 1, 1, 2])
+    counts = np.array([1, 1, 2, 1])
+    running = np.array([False, True, False, False])
+    x, shortfall = pack_contiguous(counts, width, np.arange(4), running, 2, 3)
+    assert shortfall == 0
+    assert (x.sum(axis=1) == counts).all() and (width @ x <= 2).all()
+    assert x[1, 0]  # the running job is not preempted to make room
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 30), G=st.sampled_from([4, 8, 16, 32]), F=st.integers(1, 12))
 def test_pack_contiguous_never_exceeds_capacity(seed, n, G, F):
