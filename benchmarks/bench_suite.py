@@ -274,9 +274,13 @@ def summary(paths: list[str], policy: str = "shockwave") -> str:
     how many of item 5's targets ``policy`` meets, and the geometric means over the traces of its
     ratios to max-min fairness (makespan, average JCT, worst rho, unfair fraction, mean rho). The
     max-min cells may come from any of the files. Rows: most targets met first, then the smallest
-    product of the five means (how the defaults were chosen)."""
+    product of the five means (how the defaults were chosen). A cell with no unfair job, where
+    max-min fairness has some, enters the unfair fraction's mean as half a job (0.5 / jobs of the
+    trace, from the files' ``loads``), so that the ratio stays finite; until session 17 such a cell
+    entered as the ratio 1, as if it were as unfair as max-min fairness."""
     saved = [json.loads(Path(p).read_text()) for p in paths]
     base = {c["trace"]: c for d in saved for c in d["cells"] if c["policy"] == "max_min_fairness" and "error" not in c}
+    jobs = {trace: load[0] for d in saved for trace, load in (d.get("loads") or {}).items()}
     keys = [*TARGETS, "mean_rho"]
     rows = []
     for path, d in zip(paths, saved):
@@ -292,8 +296,12 @@ def summary(paths: list[str], policy: str = "shockwave") -> str:
                     total += 1
                     met += meets(key, c[key] / b[key])
             for key in keys:
-                if b.get(key) and c.get(key):
-                    logs[key] += math.log(c[key] / b[key])
+                if not b.get(key):
+                    continue
+                value = c.get(key) or (0.5 / jobs[c["trace"]] if key == "unfair_fraction_1_05" else None)
+                if value is None:
+                    raise ValueError(f"{path}: {c['trace']}: {key} is {c.get(key)!r} against max-min's {b[key]}")
+                logs[key] += math.log(value / b[key])
         means = {k: math.exp(v / len(cells)) for k, v in logs.items()}
         label = " ".join(f"`{o}`" for o in d.get("overrides") or []) or "defaults"
         rows.append((-met, sum(logs.values()), label, met, total, len(cells), means))

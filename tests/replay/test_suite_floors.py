@@ -1,8 +1,9 @@
-"""The suite benchmark's makespan floors (benchmarks/bench_suite.py, issue 13 item 5)."""
+"""The suite benchmark's makespan floors and summary (benchmarks/bench_suite.py, issue 13 item 5)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,18 @@ def test_the_round_floor_counts_whole_rounds_and_each_start():
     # without the run's configuration only the plain floor is known
     del results["config"]
     assert "makespan_round_floor_s" not in bench_suite.separating_figures(results)
+
+
+def test_the_summary_counts_no_unfair_job_as_half_a_job(tmp_path):
+    # one trace of 100 jobs; max-min fairness leaves 20 % unfair, Shockwave none
+    def cell(policy, unfair):
+        return {"trace": "t", "policy": policy, "makespan_s": 80.0 if policy == "shockwave" else 100.0,
+                "avg_jct_s": 50.0, "worst_rho": 1.0 if policy == "shockwave" else 2.0,
+                "unfair_fraction_1_05": unfair, "mean_rho": 0.5}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"overrides": [], "loads": {"t": [100, 2.0]},
+                                "cells": [cell("shockwave", 0.0), cell("max_min_fairness", 0.2)]}))
+    row = bench_suite.summary([str(path)]).splitlines()[-1].split(" | ")
+    assert row[2] == "4/4"
+    # makespan 0.8, average JCT 1, worst rho 0.5, unfair (0.5 / 100) / 0.2 = 0.025, mean rho 1
+    assert [float(v.strip(' |')) for v in row[3:8]] == [0.8, 1.0, 0.5, 0.025, 1.0]
