@@ -57,12 +57,14 @@ its projected rho exceeds the running job's by more than a factor 1 + ``preempt_
 of them; the margin trades those restarts against priority order
 (``benchmarks/bench_shockwave_replay.py --set preempt_margin=...`` measures each setting).
 ``"urgency"`` (:func:`pack_counts`) ignores restarts. Only the contiguous packer (and the rank MILP,
-given them) places rounds by the deadlines; when the contiguous heuristic cannot place every count,
-the urgency packer takes over and may miss a deadline, and then the exact rank MILP with the
-deadlines packs the counts instead when it can. Every re-plan re-checks the deadlines in numpy
-(:func:`missed_deadlines`) and reports the misses left (``WindowPlan.deadline_misses``, logged, and
-counted in ``results.json``); on the canonical trace 41 of 109 re-plans fell back to the urgency
-packer, 40 of them were then packed by the rank MILP, and no miss was left.
+given them) places rounds by the deadlines. The contiguous packer builds the rounds one after the
+other and then places what that pass left over by moving or trading other jobs' rounds; when it
+still cannot place every count, the urgency packer takes over and may miss a deadline, and then
+the exact rank MILP with the deadlines packs the counts instead when it can. Every re-plan
+re-checks the deadlines in numpy (:func:`missed_deadlines`) and reports the misses left
+(``WindowPlan.deadline_misses``, logged, and counted in ``results.json``); on the canonical trace
+19 of 112 re-plans fell back to the urgency packer, 14 of them were then packed by the rank MILP,
+and no miss was left.
 
 Formulations:
 - ``round_count`` (default): binaries y[j, n] (one-hot over n, one matrix variable), leftover
