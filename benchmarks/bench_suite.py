@@ -298,9 +298,11 @@ def summary(paths: list[str], policy: str = "shockwave") -> str:
             for key in keys:
                 if not b.get(key):
                     continue
-                value = c.get(key) or (0.5 / jobs[c["trace"]] if key == "unfair_fraction_1_05" else None)
+                value = c.get(key) or (0.5 / jobs[c["trace"]] if key == "unfair_fraction_1_05" and c["trace"] in jobs
+                                       else None)
                 if value is None:
-                    raise ValueError(f"{path}: {c['trace']}: {key} is {c.get(key)!r} against max-min's {b[key]}")
+                    raise ValueError(f"{path}: {c['trace']}: {key} is {c.get(key)!r} against max-min's {b[key]}"
+                                     " (a zero unfair fraction needs the trace's job count in some file's 'loads')")
                 logs[key] += math.log(value / b[key])
         means = {k: math.exp(v / len(cells)) for k, v in logs.items()}
         label = " ".join(f"`{o}`" for o in d.get("overrides") or []) or "defaults"
