@@ -129,9 +129,9 @@ class Clearinghouse(Actor):
     predict_timeout_s: float | None = None
     #: rounds in a row that place no job before a replay gives up (:meth:`_round_started`)
     max_idle_rounds: int = 100
-    #: level of the per-round ``round_started`` log line (an operator reads it live; a replay
-    #: of thousands of rounds keeps it out of the way)
-    round_log_level: str = "debug"
+    round_log_level: str = "debug"  # level of the per-round ``round_started`` log line (live: info)
+    #: receives the predictor's changed per-job states (live: the store; a replay asks for none)
+    on_predictor_states: Callable[[list[tuple[int, bytes]]], None] | None = None
 
     def __init__(
         self,
@@ -238,8 +238,9 @@ class Clearinghouse(Actor):
             del self._admitted[job_id]
         return {j: records[j] for j in self._admitted}
 
-    def _admit(self, record: JobRecord, now: float, resume: Resume | None = None) -> None:
-        """Start the job actor and tell the predictor: from now on the policy sees the job."""
+    def _admit(self, record: JobRecord, now: float, resume: Resume | None = None,
+               predictor_state: bytes | None = None) -> None:
+        """Start the job actor and tell the predictor (``predictor_state``: its state before a restart)."""
         spec = record.spec
         profile = self.profile_of(spec) if self.profile_of is not None else None
         record.isolated_runtime_s = profile.isolated_runtime_s if profile is not None else None
@@ -253,6 +254,7 @@ class Clearinghouse(Actor):
                 submit_s=now,
                 round_index=self.round_index,
                 scale_factor=spec.scale_factor,
+                state=predictor_state,
             )
             if profile is not None:
                 msg.profile = profile
@@ -521,6 +523,8 @@ class Clearinghouse(Actor):
         )
         assert isinstance(reply, PredictReply)
         ctx.predictions = {p.job_id: p for p in reply.predictions if p.job_id in ctx.jobs}
+        if reply.states and self.on_predictor_states is not None:
+            self.on_predictor_states(reply.states)
 
     def _consume_events(self, jobs: Mapping[int, JobView]) -> None:
         """Forget the events the policy has now seen (arrivals of jobs it did not see stay)."""

@@ -3,7 +3,9 @@
 Fed by job progress (epochs done, measured throughput, batch size) and batch-size changes
 from the job actors, and by job arrivals and completions from the clearinghouse; answers
 :class:`PredictRequest` with one :class:`predictor.Prediction` per tracked job and
-:class:`QualityRequest` with the prediction-error summary.
+:class:`QualityRequest` with the prediction-error summary. With ``export_states`` (live
+``serve``) each reply also carries the per-job states that changed (:mod:`predictor.state`), which
+``serve`` stores and hands back in :class:`PredictorAddJob` when it restores a job.
 """
 
 from __future__ import annotations
@@ -33,25 +35,30 @@ class PredictorActor(Actor):
         bus: the bus.
         config: predictor knobs.
         round_duration_s: L.
+        export_states: put the changed per-job states in every :class:`PredictReply`.
+        keep_finished: completed jobs whose prediction errors :class:`QualityReply` reports
+            (:class:`predictor.Predictor`; None: all).
     """
 
-    def __init__(self, bus: "Bus", *, config: PredictorConfig | None = None, round_duration_s: float = 120.0) -> None:
+    def __init__(self, bus: "Bus", *, config: PredictorConfig | None = None, round_duration_s: float = 120.0,
+                 export_states: bool = False, keep_finished: int | None = None) -> None:
         super().__init__("predictor", bus)
-        self.model = Predictor(config, round_duration_s=round_duration_s)
+        self.model = Predictor(config, round_duration_s=round_duration_s, keep_finished=keep_finished)
+        self.export_states = export_states
 
     @handles(PredictorAddJob)
     def on_add_job(self, msg: PredictorAddJob) -> None:
-        self.model.add_job(
-            msg.job_id,
-            submit_s=msg.submit_s,
-            round_index=msg.round_index,
-            scale_factor=msg.scale_factor,
-            profile=msg.profile,
-            num_epochs=msg.num_epochs,
-            samples_per_epoch=msg.samples_per_epoch,
-            batch_size=msg.batch_size,
-            throughput=msg.throughput,
-        )
+        args = dict(submit_s=msg.submit_s, round_index=msg.round_index, scale_factor=msg.scale_factor,
+                    profile=msg.profile, num_epochs=msg.num_epochs, samples_per_epoch=msg.samples_per_epoch,
+                    batch_size=msg.batch_size, throughput=msg.throughput)
+        try:
+            self.model.add_job(msg.job_id, state=msg.state, **args)
+        except ValueError as err:
+            if msg.state is None:
+                raise
+            # a stored state that does not fit: the job comes back as if just submitted
+            self.log.warning("predictor_state_refused", job_id=msg.job_id, reason=str(err))
+            self.model.add_job(msg.job_id, **args)
 
     @handles(JobProgress)
     def on_progress(self, msg: JobProgress) -> None:
@@ -85,7 +92,8 @@ class PredictorActor(Actor):
             round_duration_s=msg.round_duration_s,
             calibration_calls=dict(msg.calibration_calls),
         )
-        self.reply(msg, PredictReply(predictions=list(predictions.values())))
+        states = self.model.changed_states() if self.export_states else []
+        self.reply(msg, PredictReply(predictions=list(predictions.values()), states=states))
 
     @handles(QualityRequest)
     def on_quality(self, msg: QualityRequest) -> None:

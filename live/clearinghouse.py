@@ -16,9 +16,9 @@ with ``round_mode="timer"`` (docs/architecture.md "Live runtime"). It runs the s
   jobs are requeued for the next round, and the next :class:`~market.base.RoundContext`
   carries ``lost_gpus`` so that the policy re-plans.
 * **Durable state** (:class:`live.store.Store`): a job is committed before it is acknowledged;
-  each change of its record, leases and nodes are written as they happen. :meth:`restore`
-  reloads a database: unfinished jobs come back with their progress, leases left running are
-  requeued.
+  each change of its record, leases, nodes and its predictor state are written as they happen.
+  :meth:`restore` reloads a database: unfinished jobs come back with their progress and their
+  predictor state, leases left running are requeued.
 * **Read model** (:class:`live.read_model.ReadModel`): every change of a job record, the nodes
   or the round is published there; the HTTP API reads only that.
 * **Gangs spanning nodes**: a lease whose GPUs are on several nodes is sent to the first of its
@@ -141,6 +141,7 @@ class LiveClearinghouse(Clearinghouse):
         )
         self.live = live
         self.store = store
+        self.on_predictor_states = store.save_predictor_states
         self.server_id = server_id
         self.on_gpus_assigned = on_gpus_assigned
         self.on_round_done = on_round_done
@@ -187,6 +188,7 @@ class LiveClearinghouse(Clearinghouse):
         self._next_lease_id = max(store.get_meta("next_lease_id", 1), store.max_lease_id() + 1)
         self.round_index = store.get_meta("round_index")
         requeued = store.requeue_running_leases()
+        predictor_states = store.predictor_states()
         now = self.clock.now()
         back = 0
         for row in store.jobs():
@@ -204,10 +206,11 @@ class LiveClearinghouse(Clearinghouse):
                     steps_done=row.steps_done, total_steps=row.total_steps, batch_size=row.batch_size,
                     throughput=row.throughput, run_time_s=row.run_time_s, failures=row.failures,
                     applied_leases=row.applied_leases,
-                ))
+                ), predictor_state=predictor_states.pop(row.job_id, None))
                 self.store.update_job(row.job_id, state="queued")
                 back += 1
             self.view.publish_job(record)
+        store.forget_predictor_states(predictor_states)  # those of finished jobs
         self._publish_cluster()
         self.log.info("restored", jobs=len(self.records), unfinished=back, requeued_leases=len(requeued))
         return back
@@ -268,6 +271,7 @@ class LiveClearinghouse(Clearinghouse):
             )
         if record.state in TERMINAL:
             self.job_actors.pop(record.job_id, None)
+            self.store.forget_predictor_states([record.job_id])
         if record.state != "running":
             self.view.placement.pop(record.job_id, None)
         self.view.publish_job(record)

@@ -133,7 +133,9 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
             if uses_predictor(live.policy):
                 from actors.predictor import PredictorActor
 
-                spawn(PredictorActor(bus, config=cfg.predictor, round_duration_s=rounds.round_duration_s))
+                # states stored, so that a restart keeps them; no error history, which nothing reads live
+                spawn(PredictorActor(bus, config=cfg.predictor, round_duration_s=rounds.round_duration_s,
+                                     export_states=True, keep_finished=0))
                 predictor = "predictor"
             elastic = None
             if is_elastic(live.policy):  # GPU counts per job on the registered nodes; the trainer owns batch sizes

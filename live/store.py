@@ -14,6 +14,8 @@ Owned by the ``serve`` process (one writer: the clearinghouse actor). Tables:
   restarted ``serve``, gets the same ids);
 * ``idempotency``: the ``Idempotency-Key`` of a submission, the hash of its body and its job
   (written with the job, in one transaction);
+* ``predictor_state``: per unfinished job, what the predictor had learnt of it
+  (:mod:`predictor.state`), written when it changes; a restored job is handed it back;
 * ``meta``: counters (next job id, next lease id, round index).
 
 Every write commits at once (``synchronous=NORMAL`` under WAL: a committed job survives a
@@ -26,6 +28,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import msgspec
 
@@ -69,6 +72,10 @@ CREATE TABLE IF NOT EXISTS idempotency (
     key TEXT PRIMARY KEY,
     request_hash TEXT NOT NULL,
     job_id INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS predictor_state (
+    job_id INTEGER PRIMARY KEY,
+    state BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
@@ -227,6 +234,21 @@ class Store:
     def max_job_id(self) -> int:
         row = self.db.execute("SELECT MAX(job_id) FROM jobs").fetchone()
         return -1 if row[0] is None else int(row[0])
+
+    # -- predictor state -----------------------------------------------------------------------
+    def save_predictor_states(self, states: list[tuple[int, bytes]]) -> None:
+        """Store (job id, :mod:`predictor.state` bytes) pairs, replacing earlier ones, in one transaction."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO predictor_state(job_id, state) VALUES(?, ?)", states)
+
+    def predictor_states(self) -> dict[int, bytes]:
+        """Job id -> its stored predictor state."""
+        return {int(job_id): bytes(state) for job_id, state in self.db.execute("SELECT job_id, state FROM predictor_state")}
+
+    def forget_predictor_states(self, job_ids: Iterable[int]) -> None:
+        """Delete the predictor states of ``job_ids`` (finished jobs)."""
+        self.db.executemany("DELETE FROM predictor_state WHERE job_id=?", [(int(j),) for j in job_ids])
 
     # -- leases -------------------------------------------------------------------------------
     def add_lease(self, lease_id: int, job_id: int, round_index: int, gpu_ids: list[int], start_s: float, duration_s: float) -> None:

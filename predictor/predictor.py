@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Mapping
 import msgspec
 import numpy as np
 
+from predictor.state import decode_state, encode_state, restore_record
 from predictor.posterior import (
     calibration_factor,
     calibration_factor_rounds,
@@ -191,17 +192,24 @@ class Predictor:
         config: :class:`PredictorConfig`.
         round_duration_s: nominal round length L, the default execution seconds of one
             ``observe_progress`` call.
+        keep_finished: completed jobs whose prediction errors :meth:`quality` reports, the newest
+            (None: all, as a replay needs; a long-lived ``serve`` keeps none, so that its memory
+            does not grow with every job it has run).
 
     Not thread-safe; one owner (the PredictorActor) calls it.
     """
 
-    def __init__(self, config: PredictorConfig | None = None, *, round_duration_s: float = 120.0) -> None:
+    def __init__(self, config: PredictorConfig | None = None, *, round_duration_s: float = 120.0,
+                 keep_finished: int | None = None) -> None:
         self.config = config or PredictorConfig()
         self.round_duration_s = float(round_duration_s)
         self._jobs: dict[int, _JobRecord] = {}
         self._reestimate = True
         self._last_num_gpus: int | None = None
         self._finished: dict[int, list[dict[str, float]]] = {}
+        self._keep_finished = keep_finished
+        self._num_finished = 0  # every job removed so far (contention "submitted")
+        self._exported: dict[int, bytes] = {}  # job id -> its state as changed_states last returned it
 
     # ------------------------------------------------------------------ feeding
     def add_job(
@@ -216,8 +224,9 @@ class Predictor:
         samples_per_epoch: int | None = None,
         batch_size: int | None = None,
         throughput: float | None = None,
+        state: bytes | None = None,
     ) -> None:
-        """Register an arrived job.
+        """Register an arrived job, or bring back one a restarted ``serve`` restores (``state``).
 
         Args:
             job_id: unique id.
@@ -231,10 +240,14 @@ class Predictor:
                 profile is given they default to the profile's values (batch_size: its epoch 0).
             throughput: optional steps/s estimate at ``batch_size`` used before any measurement
                 (profile-less jobs only).
+            state: what the predictor had learnt of this job (:meth:`changed_states`, from before a
+                restart): its submission time, measurements, batch-size changes and fair-share
+                estimates replace the fresh record's (:mod:`predictor.state`).
 
         Raises:
-            ValueError: duplicate id, scale factor < 1, missing or non-positive sizes, or a profile
-                whose per-epoch arrays do not have ``num_epochs`` entries.
+            ValueError: duplicate id, scale factor < 1, missing or non-positive sizes, a profile
+                whose per-epoch arrays do not have ``num_epochs`` entries, or a ``state`` that is
+                invalid or belongs to another job or shape.
         """
         if job_id in self._jobs:
             raise ValueError(f"job {job_id} already added")
@@ -270,6 +283,12 @@ class Predictor:
             initial_throughput=throughput,
             batch_size=int(batch_size),
         )
+        if state is not None:
+            try:
+                restore_record(self._jobs[job_id], decode_state(state))
+            except ValueError:
+                del self._jobs[job_id]
+                raise
         self._reestimate = True
 
     def observe_progress(
@@ -345,7 +364,11 @@ class Predictor:
                 }
             )
         self._finished[job_id] = series
+        self._num_finished += 1
+        while self._keep_finished is not None and len(self._finished) > self._keep_finished:
+            del self._finished[next(iter(self._finished))]
         del self._jobs[job_id]
+        self._exported.pop(job_id, None)
         self._reestimate = True
 
     # ------------------------------------------------------------------ predicting
@@ -387,7 +410,7 @@ class Predictor:
         basics = {job_id: self._estimates(job, reestimate) for job_id, job in self._jobs.items()}
         if reestimate:
             active = len(self._jobs)
-            submitted = active + len(self._finished)  # every job added so far, finished ones included
+            submitted = active + self._num_finished  # every job added so far, finished ones included
             for job_id, job in self._jobs.items():
                 job.peak_active = max(job.peak_active, active)
                 contention = {"active": active, "peak": job.peak_active, "submitted": submitted}[self.config.contention]
@@ -498,6 +521,17 @@ class Predictor:
         remaining = dirichlet_remaining_runtime(E, p, observed, modes, by_bs,
                                                 running_sums=self.config.reference_float_order)
         return remaining, mean_epoch, elapsed
+
+    def changed_states(self) -> list[tuple[int, bytes]]:
+        """(job id, state) of every active job whose state changed since the last call (all of them
+        at the first), for a live ``serve`` to persist; ``add_job(state=...)`` restores one."""
+        out = []
+        for job_id, job in self._jobs.items():
+            data = encode_state(job)
+            if self._exported.get(job_id) != data:
+                self._exported[job_id] = data
+                out.append((job_id, data))
+        return out
 
     # ------------------------------------------------------------------ quality
     def quality(self) -> dict[str, Any]:

@@ -152,7 +152,8 @@ class JobProgress(Message, tag="job_progress"):
 
 class PredictorAddJob(Message, tag="predictor_add_job"):
     """Clearinghouse -> predictor: start tracking a job (``profile``: its
-    :class:`workloads.profile.JobProfile`, docs/reference.md §1.5; None for live jobs)."""
+    :class:`workloads.profile.JobProfile`, docs/reference.md §1.5; None for live jobs; ``state``:
+    what the predictor had learnt of it before a ``serve`` restart, :mod:`predictor.state`)."""
 
     job_id: int
     submit_s: float
@@ -163,6 +164,7 @@ class PredictorAddJob(Message, tag="predictor_add_job"):
     samples_per_epoch: PosInt | None = None
     batch_size: PosInt | None = None
     throughput: NonNeg | None = None
+    state: bytes | None = None
 
 
 class PredictorRemoveJob(Message, tag="predictor_remove_job"):
@@ -186,9 +188,11 @@ class PredictRequest(Message, tag="predict_request"):
 
 class PredictReply(Message, tag="predict_reply"):
     """Predictor -> clearinghouse: one :class:`predictor.Prediction` per tracked job
-    (docs/reference.md §4.4–§4.6)."""
+    (docs/reference.md §4.4–§4.6); ``states``: (job id, :mod:`predictor.state` bytes) of the jobs
+    whose predictor state changed since the last reply, when the predictor exports them (live)."""
 
     predictions: list[Prediction]
+    states: list[tuple[int, bytes]] = []
 
 
 class QualityRequest(Message, tag="quality_request"):

@@ -31,6 +31,8 @@ def _strategy(t: msgspec.inspect.Type) -> st.SearchStrategy:
         return st.text(max_size=20)
     if isinstance(t, I.BoolType):
         return st.booleans()
+    if isinstance(t, I.BytesType):
+        return st.binary(max_size=20)
     if isinstance(t, I.NoneType):
         return st.none()
     if isinstance(t, I.LiteralType):

@@ -27,8 +27,9 @@ JOBS = [
 
 
 @pytest.mark.slow
-def test_cluster_survives_worker_and_serve_kill(tmp_path):
-    config = write_config(tmp_path, round_s=ROUND_S)
+@pytest.mark.parametrize("policy", ["max_min_fairness", "shockwave"])  # Shockwave: with the predictor
+def test_cluster_survives_worker_and_serve_kill(tmp_path, policy):
+    config = write_config(tmp_path, round_s=ROUND_S, live_extra=f'policy = "{policy}"')
     log = tmp_path / "cluster.log"
     procs = []
     started = time.monotonic()
@@ -87,7 +88,8 @@ def test_cluster_survives_worker_and_serve_kill(tmp_path):
         assert late, "no lease after the worker was lost"
         assert all(set(json.loads(g)) <= set(gpus_of["w1"]) for (g,) in late)
         assert db.execute("SELECT COUNT(*) FROM leases WHERE state='running'").fetchone()[0] == 0
-        print(f"\nlive cluster: 6 jobs done in {elapsed:.1f} s (worker and serve killed)")
+        assert db.execute("SELECT COUNT(*) FROM predictor_state").fetchone()[0] == 0  # finished: forgotten
+        print(f"\nlive cluster ({policy}): 6 jobs done in {elapsed:.1f} s (worker and serve killed)")
     finally:
         for p in procs:
             stop(p)

@@ -94,6 +94,18 @@ def test_store_keeps_change_counts_and_restart_phases_and_upgrades_an_older_data
     store.close()
     (job,) = Store(path).jobs()  # a restarted serve keeps them
     assert (job.batch_size_changes, job.startup_s, job.shutdown_s) == (23, 2.5, 0.4)
+    assert Store(path).predictor_states() == {}  # and the older database gained the predictor's table
+
+
+def test_store_keeps_predictor_states_until_their_jobs_are_forgotten(tmp_path):
+    store = Store(tmp_path / "s.db")
+    store.save_predictor_states([(0, b"first"), (1, b"b")])
+    store.save_predictor_states([(0, b"second")])
+    store.close()
+    again = Store(tmp_path / "s.db")  # a restarted serve
+    assert again.predictor_states() == {0: b"second", 1: b"b"}
+    again.forget_predictor_states([1, 7])
+    assert again.predictor_states() == {0: b"second"}
 
 
 def test_local_cluster_config_is_valid_and_env_token_wins(monkeypatch, tmp_path):

@@ -1,0 +1,99 @@
+"""A job's predictor state survives a restart: exported by ``changed_states``, handed back to
+``add_job(state=...)`` of a fresh predictor, it gives the same predictions as the predictor that
+never stopped (predictor/state.py)."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from predictor import Predictor, PredictorConfig
+from predictor.state import decode_state
+from workloads.profile import JobProfile
+
+PROFILE = JobProfile(samples_per_epoch=320, bs_every_epoch=(32, 32, 64, 64), duration_every_epoch=(10.2, 9.8, 20.0, 20.0))
+LIVE_JOB = dict(submit_s=50.0, round_index=1, scale_factor=2, profile=None, num_epochs=6, samples_per_epoch=640,
+                batch_size=16, throughput=3.0)
+
+
+def _add_all(pred: Predictor, states: dict[int, bytes] | None = None, *, restart_s: float = 0.0) -> None:
+    """Add both jobs; ``restart_s``: a restarted serve adds them at its start, round 4."""
+    states = states or {}
+    again = dict(submit_s=restart_s, round_index=4) if restart_s else {}
+    pred.add_job(1, **{**dict(submit_s=0.0, round_index=0, scale_factor=1, profile=PROFILE), **again}, state=states.get(1))
+    pred.add_job(7, **{**LIVE_JOB, **again}, state=states.get(7))
+
+
+def _history(config: PredictorConfig) -> Predictor:
+    """Two jobs, one with a profile and one without, through arrivals, progress, a batch-size
+    change and a departure, so that every part of a record has been written."""
+    pred = Predictor(config, round_duration_s=100.0)
+    _add_all(pred)
+    pred.add_job(9, submit_s=0.0, round_index=0, scale_factor=1, profile=PROFILE)
+    pred.predict(round_index=2, now_s=200.0, num_gpus=2, round_duration_s=100.0)
+    pred.observe_progress(1, round_index=2, epochs_done=1, throughput=0.3, batch_size=32, run_s=80.0)  # slower than profiled
+    pred.observe_progress(7, round_index=2, epochs_done=2, throughput=2.5, batch_size=16, run_s=90.0)
+    pred.observe_batch_size_change(7, epoch=2, old_batch_size=16, new_batch_size=32)
+    pred.remove_job(9, finish_s=300.0)
+    pred.predict(round_index=3, now_s=300.0, num_gpus=2, round_duration_s=100.0)
+    pred.observe_progress(7, round_index=3, epochs_done=3, throughput=1.5, batch_size=32, run_s=100.0)
+    return pred
+
+
+@pytest.mark.parametrize("clock", ["run", "rounds"])
+def test_a_restored_predictor_predicts_what_the_one_that_kept_running_does(clock):
+    config = PredictorConfig(calibration_clock=clock)
+    kept = _history(config)
+    states = dict(kept.changed_states())
+    assert set(states) == {1, 7}  # the departed job is not exported
+    restored = Predictor(config, round_duration_s=100.0)
+    _add_all(restored, states, restart_s=400.0)
+    fresh = Predictor(config, round_duration_s=100.0)
+    _add_all(fresh, restart_s=400.0)
+    # a changed G makes every predictor re-estimate the fair shares, as the restored one does anyway
+    args = dict(round_index=4, now_s=400.0, num_gpus=3, round_duration_s=100.0)
+    want, got, lost = kept.predict(**args), restored.predict(**args), fresh.predict(**args)
+    assert got == want
+    assert lost[7] != want[7] and lost[1].target_finish_s != want[1].target_finish_s  # what a restart used to lose
+    for pred in (kept, restored):  # and they go on alike: the measurements before the restart still count
+        pred.observe_progress(1, round_index=4, epochs_done=2, throughput=0.5, batch_size=32, run_s=100.0)
+        pred.observe_progress(7, round_index=4, epochs_done=4, throughput=1.2, batch_size=32, run_s=100.0)
+    args = dict(round_index=5, now_s=500.0, num_gpus=3, round_duration_s=100.0)
+    assert restored.predict(**args) == kept.predict(**args)
+
+
+def test_only_changed_states_are_exported():
+    pred = _history(PredictorConfig())
+    assert {j for j, _ in pred.changed_states()} == {1, 7}
+    assert pred.changed_states() == []
+    pred.observe_progress(7, round_index=4, epochs_done=3, throughput=1.5, batch_size=32, run_s=100.0)
+    (job_id, data), = pred.changed_states()
+    assert job_id == 7 and decode_state(data).run_s == pytest.approx(290.0)
+
+
+def test_a_state_that_does_not_fit_is_refused_and_the_job_not_added():
+    states = dict(_history(PredictorConfig()).changed_states())
+    pred = Predictor()
+    with pytest.raises(ValueError, match="does not match"):
+        pred.add_job(1, **LIVE_JOB, state=states[7])  # job 7's state for job 1
+    with pytest.raises(ValueError, match="predictor state"):
+        pred.add_job(7, **LIVE_JOB, state=b"\x93\x01\x02")  # not a state
+    bad = msgspec.msgpack.decode(states[7])
+    bad[11] = -1  # epochs_done
+    with pytest.raises(ValueError, match="predictor state"):
+        pred.add_job(7, **LIVE_JOB, state=msgspec.msgpack.encode(bad))
+    assert pred.active_jobs == []
+    pred.add_job(7, **LIVE_JOB, state=states[7])
+    assert pred.active_jobs == [7]
+
+
+def test_a_long_lived_predictor_keeps_the_newest_finished_jobs_errors_only():
+    pred = Predictor(PredictorConfig(contention="submitted"), keep_finished=2)
+    for job_id in range(5):
+        pred.add_job(job_id, submit_s=0.0, round_index=job_id, scale_factor=1, profile=PROFILE)
+        pred.predict(round_index=job_id, now_s=0.0, num_gpus=1, round_duration_s=120.0)
+        pred.remove_job(job_id, finish_s=100.0)
+    assert set(pred.quality()["per_job"]) == {"3", "4"}
+    # the contention "submitted" still counts every job: 5 finished and this one, 46 s alone each
+    pred.add_job(5, submit_s=0.0, round_index=5, scale_factor=1, profile=PROFILE)
+    assert pred.predict(round_index=5, now_s=0.0, num_gpus=1, round_duration_s=120.0)[5].fair_share_finish_s == pytest.approx(6 * 46.0)
