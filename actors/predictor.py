@@ -38,12 +38,15 @@ class PredictorActor(Actor):
         export_states: put the changed per-job states in every :class:`PredictReply`.
         keep_finished: completed jobs whose prediction errors :class:`QualityReply` reports
             (:class:`predictor.Predictor`; None: all).
+        series_limit: fair-share estimates kept per job (:class:`predictor.Predictor`; None: all).
     """
 
     def __init__(self, bus: "Bus", *, config: PredictorConfig | None = None, round_duration_s: float = 120.0,
-                 export_states: bool = False, keep_finished: int | None = None) -> None:
+                 export_states: bool = False, keep_finished: int | None = None,
+                 series_limit: int | None = None) -> None:
         super().__init__("predictor", bus)
-        self.model = Predictor(config, round_duration_s=round_duration_s, keep_finished=keep_finished)
+        self.model = Predictor(config, round_duration_s=round_duration_s, keep_finished=keep_finished,
+                               series_limit=series_limit)
         self.export_states = export_states
 
     @handles(PredictorAddJob)

@@ -133,9 +133,10 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
             if uses_predictor(live.policy):
                 from actors.predictor import PredictorActor
 
-                # states stored, so that a restart keeps them; no error history, which nothing reads live
+                # states stored, so that a restart keeps them; a long-lived serve's records stay bounded:
+                # no error history (nothing reads it live), at most 256 fair-share estimates per job
                 spawn(PredictorActor(bus, config=cfg.predictor, round_duration_s=rounds.round_duration_s,
-                                     export_states=True, keep_finished=0))
+                                     export_states=True, keep_finished=0, series_limit=256))
                 predictor = "predictor"
             elastic = None
             if is_elastic(live.policy):  # GPU counts per job on the registered nodes; the trainer owns batch sizes

@@ -245,3 +245,27 @@ def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momen
     else:
         average = float(values[-1]) if total <= 0 else float(np.dot(weights, values) / total)
     return momentum * average + (1.0 - momentum) * float(values[-1])
+
+
+def compact_share_series(series: Sequence[tuple[int, float]], keep: int) -> list[tuple[int, float]]:
+    """The series with all but its newest ``keep`` entries merged into one, for a long-lived job.
+
+    The merged entry starts at the first merged round and carries the merged entries' mean
+    weighted by the rounds each was in force, so :func:`momentum_target` gives the same target
+    (up to rounding) however many entries were merged: the time-weighted average is linear in the
+    entries. A series of at most ``keep`` + 1 entries is returned as it is.
+
+    Raises:
+        ValueError: ``keep`` < 1.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    if len(series) <= keep + 1:
+        return list(series)
+    old, rest = list(series[:-keep]), list(series[-keep:])
+    ends = [r for r, _ in old[1:]] + [rest[0][0]]
+    weights = np.array([end - r for (r, _), end in zip(old, ends)], dtype=np.float64)
+    values = np.array([v for _, v in old], dtype=np.float64)
+    total = float(weights.sum())
+    merged = float(np.dot(weights, values) / total) if total > 0 else float(values[-1])
+    return [(old[0][0], merged)] + rest

@@ -30,6 +30,7 @@ from predictor.state import decode_state, encode_state, restore_record
 from predictor.posterior import (
     calibration_factor,
     calibration_factor_rounds,
+    compact_share_series,
     dirichlet_remaining_runtime,
     momentum_target,
     profile_epoch_durations,
@@ -195,12 +196,15 @@ class Predictor:
         keep_finished: completed jobs whose prediction errors :meth:`quality` reports, the newest
             (None: all, as a replay needs; a long-lived ``serve`` keeps none, so that its memory
             does not grow with every job it has run).
+        series_limit: fair-share estimates kept per job; older ones are merged into one with the
+            same time-weighted sum (:func:`~predictor.posterior.compact_share_series`), so that a
+            job that lives through many arrivals keeps a bounded record (None: all, a replay).
 
     Not thread-safe; one owner (the PredictorActor) calls it.
     """
 
     def __init__(self, config: PredictorConfig | None = None, *, round_duration_s: float = 120.0,
-                 keep_finished: int | None = None) -> None:
+                 keep_finished: int | None = None, series_limit: int | None = None) -> None:
         self.config = config or PredictorConfig()
         self.round_duration_s = float(round_duration_s)
         self._jobs: dict[int, _JobRecord] = {}
@@ -208,6 +212,9 @@ class Predictor:
         self._last_num_gpus: int | None = None
         self._finished: dict[int, list[dict[str, float]]] = {}
         self._keep_finished = keep_finished
+        if series_limit is not None and series_limit < 2:
+            raise ValueError(f"series_limit must be >= 2, got {series_limit}")
+        self._series_limit = series_limit
         self._num_finished = 0  # every job removed so far (contention "submitted")
         self._exported: dict[int, bytes] = {}  # job id -> its state as changed_states last returned it
 
@@ -417,6 +424,8 @@ class Predictor:
                 share = min(1.0, num_gpus / contention)
                 remaining, elapsed = basics[job_id][3]
                 job.share_series.append((int(round_index), job.submit_s + (elapsed + remaining) / share))
+                if self._series_limit is not None and len(job.share_series) > self._series_limit:
+                    job.share_series = compact_share_series(job.share_series, self._series_limit // 2)
         self._reestimate = False
         out: dict[int, Prediction] = {}
         for job_id, job in self._jobs.items():

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from predictor import Predictor, PredictorConfig
+from predictor import Predictor, PredictorConfig, momentum_target
+from predictor.posterior import compact_share_series
 from predictor.state import decode_state
 from workloads.profile import JobProfile
 
@@ -97,3 +100,33 @@ def test_a_long_lived_predictor_keeps_the_newest_finished_jobs_errors_only():
     # the contention "submitted" still counts every job: 5 finished and this one, 46 s alone each
     pred.add_job(5, submit_s=0.0, round_index=5, scale_factor=1, profile=PROFILE)
     assert pred.predict(round_index=5, now_s=0.0, num_gpus=1, round_duration_s=120.0)[5].fair_share_finish_s == pytest.approx(6 * 46.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.floats(0.0, 1e6)), min_size=1, max_size=40), st.integers(1, 10),
+       st.integers(0, 30))
+def test_compacting_the_share_series_keeps_the_target(entries, keep, later):
+    steps = sorted(r for r, _ in entries)  # rounds never decrease along a series
+    series = [(r, v) for r, (_, v) in zip(steps, entries)]
+    now = steps[-1] + later
+    short = compact_share_series(series, keep)
+    assert len(short) <= keep + 1 and short[-keep:] == series[-keep:]
+    assert momentum_target(short, now) == pytest.approx(momentum_target(series, now), rel=1e-9, abs=1e-6)
+
+
+def test_a_long_lived_job_keeps_a_bounded_share_series_and_the_same_target():
+    active = PredictorConfig(contention="active")  # estimates alternate: 46 s alone, 92 s with a newcomer
+    bounded, full = Predictor(active, series_limit=8), Predictor(active)
+    for pred in (bounded, full):
+        pred.add_job(0, submit_s=0.0, round_index=0, scale_factor=1, profile=PROFILE)
+        pred.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=120.0)
+        for k in range(1, 40):  # a newcomer arrives and leaves every round: 80 re-estimates of job 0
+            pred.add_job(k, submit_s=0.0, round_index=2 * k, scale_factor=1, profile=PROFILE)
+            pred.predict(round_index=2 * k, now_s=240.0 * k, num_gpus=1, round_duration_s=120.0)
+            pred.remove_job(k, finish_s=240.0 * k + 100.0)
+            pred.predict(round_index=2 * k + 1, now_s=240.0 * k + 120.0, num_gpus=1, round_duration_s=120.0)
+    assert len(bounded._jobs[0].share_series) <= 8 and len(full._jobs[0].share_series) == 79
+    want = full.predict(round_index=80, now_s=9600.0, num_gpus=1, round_duration_s=120.0)[0].target_finish_s
+    assert bounded.predict(round_index=80, now_s=9600.0, num_gpus=1, round_duration_s=120.0)[0].target_finish_s == pytest.approx(want)
+    with pytest.raises(ValueError, match="series_limit"):
+        Predictor(series_limit=1)
