@@ -14,10 +14,13 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   ``log_approximation_bases`` instead.
 - P_j is the fallback priority of §4.7: rho_j^lam when the projected ratio
   rho_j = (now + T_j - a_j) / (FTobj_j - a_j) exceeds rhomax (rho_j^100 when also R_j < L),
-  else 1, with a_j the job's arrival (``rho_from = "arrival"``, ours: projected JCT over target
-  JCT; ``"trace_start"``, a_j = 0, is the reference's ratio of finish times) and T_j the time to
-  the job's end at its fair share (:func:`projected_run_s`): ``projection = "departures"`` (ours)
-  lets the share grow as the jobs with less to do finish; ``"constant"`` (the reference) is
+  else 1 in the reference; ours, max(rho_j / rhomax, ``priority_floor``)^lam (0.8), so that among
+  the jobs still on time the ones whose slack runs out outbid the rest. a_j is the job's arrival
+  (``rho_from = "arrival"``, ours: projected JCT over target JCT; ``"trace_start"``, a_j = 0, is
+  the reference's ratio of finish times) and T_j the time to the job's end
+  (:func:`projected_run_s`): ``projection = "alone"`` (ours) is T_j = R_j, the soonest it can end,
+  so rho_j <= 1 exactly while the job can still meet its target; ``"departures"`` (ours, before)
+  lets a fair share grow as the jobs with less to do finish; ``"constant"`` (the reference) is
   T_j = R_j / s with s = min(1, G/N) of the jobs active now. Unlike
   the reference, P_j is applied in every path (a job that is already late
   keeps its priority even when the other jobs' fairness constraints are feasible) and it is capped

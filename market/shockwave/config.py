@@ -68,12 +68,20 @@ class ShockwaveConfig:
         origin = 0, a ratio of finish times, under which a job that arrives late in a run looks
         barely late however long it waits: 1,000 s late on a 1,000 s target JCT is rho 2 from its
         arrival but 1.1 for a job arriving at t = 9,000 s).
-    projection: how the projected ratio rho counts the time to the job's end at its fair share:
-        "departures" (ours, chosen on the development suite: :func:`market.shockwave.tables.projected_run_s`,
-        every active job runs at the same share, which grows as jobs with less to do finish) or
-        "constant" (the reference, §4.7: R / s with s = min(1, G / N) of the jobs active now, as if
-        none of them finished before this one; a long job among many short ones looks late and
-        outbids jobs that are).
+    projection: how the projected ratio rho counts the time T to the job's end
+        (:func:`market.shockwave.tables.projected_run_s`): "alone" (ours, the default since session
+        18, chosen on the development suite with ``priority_floor``: T = R, as if the job ran alone
+        from now, so rho <= 1 exactly while it can still meet its target and rho rises as its slack
+        runs out), "departures" (ours, the default before: every active job runs at the same share,
+        which grows as jobs with less to do finish) or "constant" (the reference, §4.7: R / s with
+        s = min(1, G / N) of the jobs active now, as if none of them finished before this one; a
+        long job among many short ones looks late and outbids jobs that are).
+    priority_floor: f; a job that is not late (rho <= rhomax) has priority P = max(rho / rhomax,
+        f)^lam (ours, 0.8 since session 18, chosen on the development suite), so that of two jobs
+        both on time the one whose slack is running out outbids the other, up to a factor
+        (1 / f)^lam: earliest-deadline-first inside the market. 1.0 is the reference (§4.7: P = 1
+        for every job that is not late, so a job gets no precedence until it is late, and in a
+        crowded run the jobs then late share the rounds and finish late together).
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
         on d150-wide's ten slowest solves, 1.8x faster and never a worse objective).
     feasibility_jump: leave HiGHS's feasibility jump heuristic on (HiGHS's default). Off by default:
@@ -122,7 +130,8 @@ class ShockwaveConfig:
     reopt_clock: str = "plan"
     window_clock: str = "time"
     rho_from: str = "arrival"
-    projection: str = "departures"
+    projection: str = "alone"
+    priority_floor: float = 0.8
 
     def __post_init__(self) -> None:
         if self.formulation not in ("round_count", "time_indexed", "reference"):
@@ -147,8 +156,10 @@ class ShockwaveConfig:
             raise ValueError(f"window_clock must be 'time' or 'rounds', got {self.window_clock!r}")
         if self.rho_from not in ("arrival", "trace_start"):
             raise ValueError(f"rho_from must be 'arrival' or 'trace_start', got {self.rho_from!r}")
-        if self.projection not in ("constant", "departures"):
-            raise ValueError(f"projection must be 'constant' or 'departures', got {self.projection!r}")
+        if self.projection not in ("constant", "departures", "alone"):
+            raise ValueError(f"projection must be 'constant', 'departures' or 'alone', got {self.projection!r}")
+        if not 0.0 < self.priority_floor <= 1.0:
+            raise ValueError(f"priority_floor must be in (0, 1], got {self.priority_floor}")
         if self.reopt_clock not in ("plan", "fixed"):
             raise ValueError(f"reopt_clock must be 'plan' or 'fixed', got {self.reopt_clock!r}")
         if self.utility not in ("log", "pwl"):

@@ -59,6 +59,7 @@ class Tables:
 def projected_run_s(remaining_s: np.ndarray, num_gpus: int, projection: str = "constant") -> np.ndarray:
     """Seconds from now until each job finishes at its fair share, shape (N,) like ``remaining_s``.
 
+    ``"alone"`` (ours, the default): R itself, the soonest the job can end (running alone from now).
     ``"constant"`` (the reference, §4.7): R_j / s with s = min(1, G / N), as if the N jobs active
     now stayed active until each one ends. ``"departures"`` (ours): every active job runs at the
     same share, which grows as jobs finish (processor sharing with departures): sorted by R, the
@@ -68,6 +69,8 @@ def projected_run_s(remaining_s: np.ndarray, num_gpus: int, projection: str = "c
     """
     R = np.asarray(remaining_s, dtype=np.float64)
     N = R.size
+    if projection == "alone":
+        return R.copy()
     if projection == "constant" or N == 0:
         return R / min(1.0, num_gpus / max(N, 1))
     order = np.argsort(R, kind="stable")
@@ -135,6 +138,8 @@ def tabulate(
     priority = np.ones(N)
     late = rho > config.rhomax
     priority[late] = rho[late] ** config.lam
+    if config.priority_floor < 1.0:  # on time: the less slack, the higher (earliest deadline first)
+        priority[~late] = np.maximum(rho[~late] / config.rhomax, config.priority_floor) ** config.lam
     near_done = late & (R < L)
     priority[near_done] = rho[near_done] ** NEAR_DONE_POWER
     priority = np.minimum(priority, config.priority_cap)

@@ -335,11 +335,12 @@ def test_window_fairness_constrains_only_targets_inside_the_window():
 
 # ---------------------------------------------------------------------------------- restart cost
 def test_restart_cost_lengthens_a_restarting_jobs_plan_only():
+    # Priorities 1 (priority_floor 1: both jobs are on time, and P is not the point here).
     # Job 0 has 90 s left (one 100 s round); a 20 s restart makes it two rounds, and its first
     # 20 planned seconds make no progress. Job 1 is the same but keeps running: never charged.
     jobs = [Job(0, 1, 10, 1, 90.0, 10.0, 1e5), Job(1, 1, 10, 1, 90.0, 10.0, 1e5)]
-    free = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4))
-    charged = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4),
+    free = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4, priority_floor=1.0))
+    charged = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4, priority_floor=1.0),
                        restart_s=np.array([20.0, 0.0]))
     assert list(free.n_max) == [1, 1] and list(charged.n_max) == [2, 1]
     assert charged.leftover[0, 1] == pytest.approx(10.0) and charged.leftover[1, 1] == 0.0
@@ -347,12 +348,12 @@ def test_restart_cost_lengthens_a_restarting_jobs_plan_only():
     # progress after one round: 80 s of 10 s epochs on top of 1 of 10 epochs
     assert charged.utility[0, 1] == pytest.approx(np.log(0.9)) and charged.utility[1, 1] == pytest.approx(np.log(1.0))
 
-    config = ShockwaveConfig(future_rounds=4, restart_cost=True)
+    config = ShockwaveConfig(future_rounds=4, restart_cost=True, priority_floor=1.0)
     plan = plan_window(jobs, num_gpus=2, round_index=3, now_s=0.0, round_duration_s=100.0, config=config,
                        running=[1], restart_s={0: 20.0, 1: 20.0})
     assert plan.counts == {0: 2, 1: 1}
     off = plan_window(jobs, num_gpus=2, round_index=3, now_s=0.0, round_duration_s=100.0,
-                      config=ShockwaveConfig(future_rounds=4), running=[1], restart_s={0: 20.0, 1: 20.0})
+                      config=ShockwaveConfig(future_rounds=4, priority_floor=1.0), running=[1], restart_s={0: 20.0, 1: 20.0})
     assert off.counts == {0: 1, 1: 1}  # the reference plans restarts as free
 
 
@@ -527,8 +528,26 @@ def test_projection_with_departures_counts_the_shares_freed_by_jobs_that_finish_
     # the planner's rho reads it: the long job of two on one GPU is projected at (2 x 1 + 1) / 3
     jobs = [plan_input(0, 1, 10, 0, 100.0, 10.0, 300.0), plan_input(1, 1, 10, 0, 200.0, 20.0, 300.0)]
     rho = {p: tabulate(jobs, num_gpus=1, now_s=0.0, round_duration_s=100.0,
-                       config=ShockwaveConfig(future_rounds=4, projection=p)).rho for p in ("constant", "departures")}
+                       config=ShockwaveConfig(future_rounds=4, projection=p)).rho
+           for p in ("constant", "departures", "alone")}
     assert rho["constant"] == pytest.approx([200.0 / 300.0, 400.0 / 300.0])
     assert rho["departures"] == pytest.approx([200.0 / 300.0, 300.0 / 300.0])
+    assert rho["alone"] == pytest.approx([100.0 / 300.0, 200.0 / 300.0])  # R itself: the soonest each can end
+    assert projected_run_s(R, 1, "alone") == pytest.approx(R)
     with pytest.raises(ValueError, match="projection"):
         ShockwaveConfig(projection="linear")
+
+
+def test_priority_floor_ranks_the_jobs_on_time_by_their_slack():
+    # one GPU, rho = (now + R - arrival) / (target - arrival) running alone: 0.2, 0.5, 0.9, 1.5
+    jobs = [plan_input(j, 1, 10, 0, r, 10.0, 1_000.0) for j, r in enumerate((200.0, 500.0, 900.0, 1_500.0))]
+    table = {f: tabulate(jobs, num_gpus=1, now_s=0.0, round_duration_s=100.0,
+                         config=ShockwaveConfig(future_rounds=4, projection="alone", priority_floor=f))
+             for f in (1.0, 0.8, 0.4)}
+    assert table[1.0].priority == pytest.approx([1.0, 1.0, 1.0, 1.5 ** 12])  # the reference: 1 until late
+    assert table[0.8].priority == pytest.approx([0.8 ** 12, 0.8 ** 12, 0.9 ** 12, 1.5 ** 12])
+    assert table[0.4].priority == pytest.approx([0.4 ** 12, 0.5 ** 12, 0.9 ** 12, 1.5 ** 12])
+    assert np.allclose(table[0.8].utility, table[0.8].priority[:, None] * table[1.0].utility / table[1.0].priority[:, None])
+    for bad in (0.0, 1.5, -0.2):
+        with pytest.raises(ValueError, match="priority_floor"):
+            ShockwaveConfig(priority_floor=bad)

@@ -19,7 +19,7 @@ from market.shockwave import ShockwaveConfig, ShockwavePolicy, plan_input, plan_
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "shockwave_reference.toml"
 REFERENCE = ShockwaveConfig(future_rounds=6, utility="pwl", fairness="reference", packing="rank",
-                            priority_cap=math.inf, preempt_margin=0.0)
+                            priority_cap=math.inf, preempt_margin=0.0, priority_floor=1.0)
 
 
 def _jobs(late_target: float):
@@ -121,7 +121,7 @@ def test_the_preset_holds_the_reference_values():
     behaviours = dict(utility="pwl", fairness="reference", packing="rank", priority_cap=math.inf, preempt_margin=0.0,
                       restart_cost=False, reopt_clock="fixed", window_clock="rounds", replan_on_batch_size_change=False,
                       level_search=False, makespan_k=0.0, formulation="reference", feasibility_jump=True, threads=1,
-                      rho_from="trace_start", projection="constant")
+                      rho_from="trace_start", projection="constant", priority_floor=1.0)
     assert {k: getattr(sw, k) for k in behaviours} == behaviours
     assert preset.simulation.policy == "shockwave"
     for section in ("rounds", "emulation", "workload", "gavel"):
