@@ -82,6 +82,13 @@ class ShockwaveConfig:
         (1 / f)^lam: earliest-deadline-first inside the market. 1.0 is the reference (§4.7: P = 1
         for every job that is not late, so a job gets no precedence until it is late, and in a
         crowded run the jobs then late share the rounds and finish late together).
+    unpackable: what the round-count path does with counts that no round-by-round placement holds
+        (its capacity rows pool a width class's GPUs, so a plan can fill the window's GPU-rounds and
+        still not fit round by round): "trim" (the default since session 18,
+        :func:`market.shockwave.packing.trim_counts`: drop the job-rounds worth least per GPU until
+        they pack; h180-16gpu-wide's replay 42 s -> 14 s, its results as good or better) or
+        "time_indexed" (solve the time-indexed model of the same path, the exact answer, a MILP per
+        such re-plan; the default before).
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
         on d150-wide's ten slowest solves, 1.8x faster and never a worse objective).
     feasibility_jump: leave HiGHS's feasibility jump heuristic on (HiGHS's default). Off by default:
@@ -132,6 +139,7 @@ class ShockwaveConfig:
     rho_from: str = "arrival"
     projection: str = "alone"
     priority_floor: float = 0.8
+    unpackable: str = "trim"
 
     def __post_init__(self) -> None:
         if self.formulation not in ("round_count", "time_indexed", "reference"):
@@ -158,6 +166,8 @@ class ShockwaveConfig:
             raise ValueError(f"rho_from must be 'arrival' or 'trace_start', got {self.rho_from!r}")
         if self.projection not in ("constant", "departures", "alone"):
             raise ValueError(f"projection must be 'constant', 'departures' or 'alone', got {self.projection!r}")
+        if self.unpackable not in ("trim", "time_indexed"):
+            raise ValueError(f"unpackable must be 'trim' or 'time_indexed', got {self.unpackable!r}")
         if not 0.0 < self.priority_floor <= 1.0:
             raise ValueError(f"priority_floor must be in (0, 1], got {self.priority_floor}")
         if self.reopt_clock not in ("plan", "fixed"):

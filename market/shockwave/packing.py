@@ -287,6 +287,34 @@ def _swap_for(j: int, x: np.ndarray, free: np.ndarray, width: np.ndarray, due: n
     return None
 
 
+def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus: int, future_rounds: int,
+                max_steps: int | None = None) -> np.ndarray | None:
+    """Counts that :func:`pack_counts` can place, from counts it cannot: the job-rounds worth least
+    per GPU go first, one at a time, never below a constrained job's ``n_min``; None when
+    ``max_steps`` (default: the window's GPU-rounds over the narrowest width) did not suffice.
+
+    The round-count model's capacity rows treat a class's GPUs as one pool, so a plan can use every
+    GPU-round of the window and still not fit round by round (e.g. a 1-GPU job in every round
+    leaves 15 of 16 GPUs, where 4-GPU jobs can use 12). Dropping the least valuable of its rounds
+    costs little; solving the time-indexed model instead costs a MILP per re-plan.
+    """
+    c = np.minimum(np.asarray(counts, dtype=np.int64), future_rounds).copy()
+    width, utility = tables.width, tables.utility
+    floor = np.where(tables.constrained, tables.n_min, 0)
+    rows = np.arange(len(c))
+    steps = max_steps if max_steps is not None else future_rounds * num_gpus
+    for _ in range(steps):
+        if pack_counts(c, width, order, num_gpus, future_rounds)[1] == 0:
+            return c
+        can = c > floor
+        if not can.any():
+            return None
+        last = utility[rows, c] - utility[rows, np.maximum(c - 1, 0)]
+        worth = np.where(can, last / width, np.inf)
+        c[int(np.argmin(worth))] -= 1
+    return None
+
+
 def work_conserve(x: np.ndarray, width: np.ndarray, remaining_s: np.ndarray, num_gpus: int) -> np.ndarray:
     """Fill idle GPUs of each round with unselected jobs, longest predicted remaining first (§4.9)."""
     x = x.copy()

@@ -13,7 +13,8 @@ import structlog
 
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.tables import evaluate_counts, missed_deadlines, PlanJob, Tables, tabulate, width_classes
-from market.shockwave.packing import greedy_counts, pack_contiguous, pack_counts, urgency_order, work_conserve
+from market.shockwave.packing import (greedy_counts, pack_contiguous, pack_counts, trim_counts, urgency_order,
+                                     work_conserve)
 from market.shockwave.milp import rank_milp, solve_counts, SolverFailure
 from market.shockwave.reference_model import CalibrationCalls, plan_reference, work_conserve_reference
 
@@ -37,8 +38,10 @@ class WindowPlan:
     constrained_jobs: jobs that carried a finish-time-fairness constraint in this re-plan's model
         (0 on the fallback and greedy paths).
     packer: what placed the counts into rounds: "solver" (the time-indexed model's own x),
-        "contiguous", "urgency" (:func:`pack_counts`), "rank_milp" or "time_indexed" (the
-        time-indexed model solved after the packers failed).
+        "contiguous", "urgency" (:func:`pack_counts`), "rank_milp", "trimmed" (counts no placement
+        held, trimmed by :func:`market.shockwave.packing.trim_counts` and then packed; ``counts``
+        are the trimmed ones) or "time_indexed" (the time-indexed model solved after the packers
+        failed, ``unpackable = "time_indexed"`` or when trimming found no counts that pack).
     deadline_misses: ids of constrained jobs whose placement misses their window-fairness deadline
         (:func:`missed_deadlines`; only the "constrained" path carries deadlines).
     market_rounds: F lists of job ids the market placed (``rounds`` before work conservation).
@@ -214,9 +217,9 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
     counts = np.minimum(counts, F)
     shortfall, packer = 0, "solver"
     deadlines = path == "constrained"
+    ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
     if x is None or x.shape != (N, F) or np.any(tables.width @ x > num_gpus):
         if config.packing == "contiguous":
-            ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
             x, shortfall = pack_contiguous(
                 counts,
                 tables.width,
@@ -239,6 +242,18 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
         if shortfall:
             x, shortfall = pack_counts(counts, tables.width, order, num_gpus, F, config.reopt_rounds)
             packer = "urgency"
+        if shortfall and path != "greedy" and config.unpackable == "trim":
+            trimmed = trim_counts(counts, tables, order, num_gpus, F)
+            if trimmed is not None:
+                counts, x, packer = trimmed, None, "trimmed"
+                if config.packing == "contiguous":
+                    x, short = pack_contiguous(trimmed, tables.width, order, ran, num_gpus, F, priority=tables.priority,
+                                               stay_bonus=config.lam * math.log1p(config.preempt_margin),
+                                               deadline=tables.deadline if deadlines else None)
+                    x = None if short else x
+                if x is None:
+                    x, _ = pack_counts(trimmed, tables.width, order, num_gpus, F, config.reopt_rounds)
+                shortfall = 0
         missed = deadlines and not shortfall and missed_deadlines(x, tables).size > 0
         if (shortfall or missed) and path != "greedy":
             # the exact packer, with the deadlines when the plan carries them (else without): when
