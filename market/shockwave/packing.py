@@ -311,6 +311,10 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
             return None
         last = utility[rows, c] - utility[rows, np.maximum(c - 1, 0)]
         worth = np.where(can, last / width, np.inf)
+        # a job left beyond the work bound after the window sets the makespan: its rounds go last
+        critical = tables.leftover[rows, c] > tables.spare_leftover
+        if np.isfinite(worth[~critical]).any():
+            worth = np.where(critical, np.inf, worth)
         c[int(np.argmin(worth))] -= 1
     return None
 
