@@ -86,7 +86,7 @@ class ShockwaveConfig:
         (its capacity rows pool a width class's GPUs, so a plan can fill the window's GPU-rounds and
         still not fit round by round): "trim" (the default since session 18,
         :func:`market.shockwave.packing.trim_counts`: drop the job-rounds worth least per GPU until
-        they pack; h180-16gpu-wide's replay 42 s -> 14 s, its results as good or better) or
+        they pack; h180-16gpu-wide's serial replay 43 s -> 12.6 s, its results as good or better) or
         "time_indexed" (solve the time-indexed model of the same path, the exact answer, a MILP per
         such re-plan; the default before).
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;

@@ -290,8 +290,9 @@ def _swap_for(j: int, x: np.ndarray, free: np.ndarray, width: np.ndarray, due: n
 def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus: int, future_rounds: int,
                 max_steps: int | None = None) -> np.ndarray | None:
     """Counts that :func:`pack_counts` can place, from counts it cannot: the job-rounds worth least
-    per GPU go first, one at a time, never below a constrained job's ``n_min``; None when
-    ``max_steps`` (default: the window's GPU-rounds over the narrowest width) did not suffice.
+    per GPU go first, one at a time, never below a constrained job's ``n_min`` (the rounds of a job
+    left beyond the work bound, which sets the makespan, only when no other job's can go); None
+    when ``max_steps`` (default: the window's GPU-rounds, F G) did not suffice.
 
     The round-count model's capacity rows treat a class's GPUs as one pool, so a plan can use every
     GPU-round of the window and still not fit round by round (e.g. a 1-GPU job in every round

@@ -218,19 +218,15 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
     shortfall, packer = 0, "solver"
     deadlines = path == "constrained"
     ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
+
+    def contiguous(c: np.ndarray) -> tuple[np.ndarray, int]:
+        return pack_contiguous(c, tables.width, order, ran, num_gpus, F, priority=tables.priority,
+                               stay_bonus=config.lam * math.log1p(config.preempt_margin),
+                               deadline=tables.deadline if deadlines else None)
+
     if x is None or x.shape != (N, F) or np.any(tables.width @ x > num_gpus):
         if config.packing == "contiguous":
-            x, shortfall = pack_contiguous(
-                counts,
-                tables.width,
-                order,
-                ran,
-                num_gpus,
-                F,
-                priority=tables.priority,
-                stay_bonus=config.lam * math.log1p(config.preempt_margin),
-                deadline=tables.deadline if deadlines else None,
-            )
+            x, shortfall = contiguous(counts)
             packer = "contiguous"
         elif config.packing == "rank":
             # §4.7 step 4: earliest rounds to the highest priorities (uniform on the constrained path)
@@ -247,9 +243,7 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
             if trimmed is not None:
                 counts, x, packer = trimmed, None, "trimmed"
                 if config.packing == "contiguous":
-                    x, short = pack_contiguous(trimmed, tables.width, order, ran, num_gpus, F, priority=tables.priority,
-                                               stay_bonus=config.lam * math.log1p(config.preempt_margin),
-                                               deadline=tables.deadline if deadlines else None)
+                    x, short = contiguous(trimmed)
                     x = None if short else x
                 if x is None:
                     x, _ = pack_counts(trimmed, tables.width, order, num_gpus, F, config.reopt_rounds)

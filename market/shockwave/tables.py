@@ -57,7 +57,7 @@ class Tables:
 
 
 def projected_run_s(remaining_s: np.ndarray, num_gpus: int, projection: str = "constant") -> np.ndarray:
-    """Seconds from now until each job finishes at its fair share, shape (N,) like ``remaining_s``.
+    """Seconds from now until each job is projected to finish, shape (N,) like ``remaining_s``.
 
     ``"alone"`` (ours, the default): R itself, the soonest the job can end (running alone from now).
     ``"constant"`` (the reference, §4.7): R_j / s with s = min(1, G / N), as if the N jobs active
