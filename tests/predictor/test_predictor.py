@@ -12,8 +12,14 @@ from predictor import (
     calibration_factor_rounds,
     dirichlet_remaining_runtime,
     momentum_target,
+    profile_epoch_durations,
 )
 from workloads.profile import JobProfile
+
+
+# The reference's predictor (§4.2, §4.4), which the hand computations below follow: profiled
+# epoch durations rounded to whole seconds, and R without the epoch in progress.
+REF = {"current_epoch": "skipped", "profile_rounding": "whole_seconds"}
 
 
 def _profile() -> JobProfile:
@@ -60,7 +66,7 @@ def test_posterior_finished_job_and_bad_input():
 
 
 def test_predictor_with_profile_matches_hand_computation():
-    pred = Predictor(round_duration_s=120.0)
+    pred = Predictor(PredictorConfig(**REF), round_duration_s=120.0)
     pred.add_job(1, submit_s=100.0, round_index=0, scale_factor=2, profile=_profile())
     # 1 step/s x 10 s x bs 32 = 320 samples = the profile's first 10 s: no calibration.
     pred.observe_progress(1, round_index=0, epochs_done=1, throughput=1.0, batch_size=32, run_s=10.0)
@@ -76,7 +82,7 @@ def test_predictor_with_profile_matches_hand_computation():
 
 def test_posterior_built_only_from_observed_changes():
     """A live job without a profile: regimes and counts come from reported batch sizes."""
-    pred = Predictor(round_duration_s=120.0)
+    pred = Predictor(PredictorConfig(**REF), round_duration_s=120.0)
     pred.add_job(
         7, submit_s=0.0, round_index=0, scale_factor=1, profile=None,
         num_epochs=10, samples_per_epoch=1000, batch_size=100,
@@ -129,7 +135,7 @@ def test_a_calibration_stays_in_force_on_the_reference_clock(clock, remaining):
     after round 1 at the profiled rate the samples agree within 40 %: the reference keeps its
     calibration, ours returns to the profile."""
     prof = JobProfile(samples_per_epoch=320, bs_every_epoch=(32, 32, 32), duration_every_epoch=(10.0, 10.0, 10.0))
-    pred = Predictor(PredictorConfig(calibration_clock=clock), round_duration_s=10.0)
+    pred = Predictor(PredictorConfig(**REF, calibration_clock=clock), round_duration_s=10.0)
     pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
     pred.observe_progress(1, round_index=0, epochs_done=0, throughput=0.5, batch_size=32, run_s=10.0)
     first = pred.predict(round_index=1, now_s=10.0, num_gpus=1, round_duration_s=10.0)[1]
@@ -151,7 +157,7 @@ def test_the_reference_clock_recalibrates_at_every_call_and_advances_by_the_call
     assert len(set(factors[:4])) == 4  # it keeps moving for a while
 
     def fresh():
-        pred = Predictor(PredictorConfig(calibration_clock="rounds"), round_duration_s=10.0)
+        pred = Predictor(PredictorConfig(**REF, calibration_clock="rounds"), round_duration_s=10.0)
         pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
         pred.observe_progress(1, round_index=4, epochs_done=0, throughput=2.0, batch_size=2, run_s=10.0)
         return pred
@@ -174,18 +180,18 @@ def test_the_reference_clock_recalibrates_at_every_call_and_advances_by_the_call
     nxt = pred.predict(round_index=6, now_s=60.0, num_gpus=1, round_duration_s=10.0)[1]
     assert nxt.remaining_s == pytest.approx(20.0 * factors[4])
     # the project's clock has no chain
-    run = Predictor(round_duration_s=10.0)
+    run = Predictor(PredictorConfig(**REF), round_duration_s=10.0)
     run.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
     assert run.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=10.0)[1].calibration_chain == ()
 
 
 def test_unknown_calibration_clock_is_refused():
     with pytest.raises(ValueError, match="calibration_clock"):
-        PredictorConfig(calibration_clock="wall")
+        PredictorConfig(**REF, calibration_clock="wall")
 
 
 def test_calibration_slows_predicted_remaining_time():
-    pred = Predictor(round_duration_s=120.0)
+    pred = Predictor(PredictorConfig(**REF), round_duration_s=120.0)
     pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=_profile())
     # half the profiled speed: 0.5 step/s for 20 s -> 320 samples where the profile expects 640
     pred.observe_progress(1, round_index=0, epochs_done=1, throughput=0.5, batch_size=32, run_s=20.0)
@@ -203,7 +209,7 @@ def test_momentum_target_hand_computed():
 
 
 def test_fair_share_series_appended_on_add_and_remove_only():
-    pred = Predictor(PredictorConfig(momentum=0.9))
+    pred = Predictor(PredictorConfig(**REF, momentum=0.9))
     prof = _profile()
     pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
     first = pred.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=120.0)[1]
@@ -226,7 +232,7 @@ def test_fair_share_series_appended_on_add_and_remove_only():
 ])
 def test_contention_of_the_fair_share(contention, alone, newcomer):
     # 1 GPU; each job alone needs 46 s (test above), so an estimate is submit + 46 s x contention
-    pred = Predictor(PredictorConfig(contention=contention))
+    pred = Predictor(PredictorConfig(**REF, contention=contention))
     prof = _profile()
     pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
     pred.add_job(2, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
@@ -240,11 +246,11 @@ def test_contention_of_the_fair_share(contention, alone, newcomer):
     late = pred.predict(round_index=2, now_s=240.0, num_gpus=1, round_duration_s=120.0)[3]
     assert late.fair_share_finish_s == pytest.approx(200.0 + newcomer * 46.0)
     with pytest.raises(ValueError, match="contention"):
-        PredictorConfig(contention="trace")
+        PredictorConfig(**REF, contention="trace")
 
 
 def test_quality_records_errors_against_actual_remaining_run_time():
-    pred = Predictor(round_duration_s=100.0)
+    pred = Predictor(PredictorConfig(**REF), round_duration_s=100.0)
     pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=_profile())
     p0 = pred.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=100.0)[1]
     pred.observe_progress(1, round_index=0, epochs_done=4, throughput=1.0, batch_size=32, run_s=60.0)
@@ -257,3 +263,32 @@ def test_quality_records_errors_against_actual_remaining_run_time():
     assert q["num_predictions"] == 1
     assert q["prediction_mape"] == pytest.approx(100.0 * abs(p0.remaining_s - 60.0) / 60.0)
     assert pred.active_jobs == []
+
+
+def test_the_epoch_in_progress_counts_in_the_remaining_time():
+    # Ours (not the defaults): durations as profiled (bs 32: (10.2 + 9.8) / 2 = 10.0 s; bs 64: 20.0 s)
+    # and the unfinished part of epoch p added to the reference's R (33.33 s after epoch 0, as above).
+    pred = Predictor(PredictorConfig(current_epoch="counted", profile_rounding="none"), round_duration_s=120.0)
+    pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=_profile())
+    # before any progress: prior 2/2, epoch 0 (bs 32) observed -> 3/2, rebased 2.4/1.6, minus epoch 0
+    # -> 1.4/1.6, inflated 4: the reference's R = 1.4 x 10 + 1.6 x 20 = 46 s, then all of epoch 0 (10 s)
+    assert pred.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=120.0)[1].remaining_s == \
+        pytest.approx(56.0)
+    # epoch 0 done (320 samples): epoch 1 is still whole, 33.33 + 10.0
+    pred.observe_progress(1, round_index=0, epochs_done=1, throughput=1.0, batch_size=32, run_s=10.0)
+    assert pred.predict(round_index=1, now_s=120.0, num_gpus=1, round_duration_s=120.0)[1].remaining_s == \
+        pytest.approx(100.0 / 3.0 + 10.0)
+    # half of epoch 1 done too (160 more samples): half of its 10.0 s is left
+    pred.observe_progress(1, round_index=1, epochs_done=1, throughput=1.0, batch_size=32, run_s=5.0)
+    assert pred.predict(round_index=2, now_s=240.0, num_gpus=1, round_duration_s=120.0)[1].remaining_s == \
+        pytest.approx(100.0 / 3.0 + 5.0)
+    with pytest.raises(ValueError, match="current_epoch"):
+        PredictorConfig(current_epoch="half")
+    with pytest.raises(ValueError, match="profile_rounding"):
+        PredictorConfig(profile_rounding="tenths")
+
+
+def test_whole_second_rounding_is_the_references():
+    d = [2.4, 2.6, 0.3]
+    assert profile_epoch_durations(d).tolist() == [2.0, 3.0, 1.0]
+    assert profile_epoch_durations(d, whole_seconds=False).tolist() == d
