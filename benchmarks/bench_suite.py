@@ -101,6 +101,8 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     if "replans" in r:
         out["solve_s_p95"] = r["replans"]["solve_s_p95"]
         out["deadline_misses"] = r["replans"].get("deadline_misses", 0)
+    if r.get("prediction_mape") is not None:
+        out["prediction_mape"] = r["prediction_mape"]
     return out
 
 
@@ -142,7 +144,32 @@ def separating_figures(results: dict) -> dict:
         out["makespan_round_floor_s"] = max(last, occupied / gpus - L)
         starts = [r["start_s"] for r in results.get("rounds", [])]
         out["rounds_shorter_than_l"] = sum(1 for a, b in zip(starts, starts[1:]) if b - a < L - slack)
+        out.update(makespan_parts(results, charge))
     return out
+
+
+def makespan_parts(results: dict, charge_s: float) -> dict:
+    """Where a replay's makespan M went, each part in seconds of the whole cluster (GPU-seconds / G):
+    ``idle_s``, the GPU-seconds no lease held (G M less each round's GPUs in use times its length);
+    ``gpu_starts``, the leases started, weighted by their GPUs (a job placed in a round but not in
+    the one before), and ``start_charge_s``, those starts at the emulation's charge ``charge_s``
+    each (an upper estimate: a lease shorter than the round is not charged). Besides these, M holds
+    the isolated work (``makespan_floor_s``'s second term) and what rounds waste after a job ends
+    mid-round. Empty without the per-round records."""
+    rounds, detail = results.get("rounds") or [], results.get("round_detail") or []
+    if not rounds or not detail:
+        return {}
+    gpus, makespan = results["num_gpus"], results["makespan_s"]
+    ends = [r["start_s"] for r in rounds[1:]] + [max(makespan, rounds[-1]["start_s"])]
+    busy = sum(r["gpus_used"] * (end - r["start_s"]) for r, end in zip(rounds, ends))
+    width = {j["job_id"]: j["scale_factor"] for j in results["jobs"]}
+    started, before = 0, set()
+    for d in detail:
+        now = {int(k) for k in d["placement"]}
+        started += sum(width.get(j, 1) for j in now - before)
+        before = now
+    return {"idle_s": max(0.0, gpus * makespan - busy) / gpus, "gpu_starts": started,
+            "start_charge_s": started * charge_s / gpus}
 
 
 def override_config(config, pairs: list[str]) -> None:

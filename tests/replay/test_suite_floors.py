@@ -55,3 +55,23 @@ def test_the_summary_counts_no_unfair_job_as_half_a_job(tmp_path):
     assert row[2] == "4/4"
     # makespan 0.8, average JCT 1, worst rho 0.5, unfair (0.5 / 100) / 0.2 = 0.025, mean rho 1
     assert [float(v.strip(' |')) for v in row[3:8]] == [0.8, 1.0, 0.5, 0.025, 1.0]
+
+
+def test_the_makespan_parts_count_idle_gpus_and_width_weighted_starts():
+    # 4 GPUs, makespan 300 s, rounds at 0, 100 and 200 s using 4, 2 and 1 GPUs
+    results = {
+        "num_gpus": 4, "makespan_s": 300.0,
+        "jobs": [{"job_id": 1, "scale_factor": 2}, {"job_id": 2, "scale_factor": 1}, {"job_id": 3, "scale_factor": 1}],
+        "rounds": [{"start_s": 0.0, "gpus_used": 4}, {"start_s": 100.0, "gpus_used": 2},
+                   {"start_s": 200.0, "gpus_used": 1}],
+        # job 1 (2 GPUs) and job 2 start; then job 1 alone; then job 3 starts, job 1 has left
+        "round_detail": [{"placement": {"1": [0, 1], "2": [2]}}, {"placement": {"1": [0, 1]}},
+                         {"placement": {"3": [0]}}],
+    }
+    parts = bench_suite.makespan_parts(results, 20.0)
+    # 1,200 GPU-seconds, 700 held: 500 idle over 4 GPUs
+    assert parts["idle_s"] == pytest.approx(125.0)
+    # starts: job 1 (2 GPUs) + job 2 (1) in round 0, job 3 (1) in round 2
+    assert parts["gpu_starts"] == 4
+    assert parts["start_charge_s"] == pytest.approx(4 * 20.0 / 4)
+    assert bench_suite.makespan_parts({"num_gpus": 4, "makespan_s": 1.0, "jobs": []}, 20.0) == {}
