@@ -130,8 +130,8 @@ def test_the_preset_holds_the_reference_values():
     assert preset.predictor.calibration_clock == "rounds" != paper.predictor.calibration_clock
     assert preset.predictor.reference_float_order and not paper.predictor.reference_float_order
     assert preset.predictor.contention == "active" != paper.predictor.contention
-    # whole-second profiles (§4.2) and R without the epoch in progress (§4.4): the reference's and the defaults
-    assert (preset.predictor.profile_rounding, preset.predictor.current_epoch) == ("whole_seconds", "skipped")
+    # whole-second profiled epochs (§4.2): the reference's and the default
+    assert preset.predictor.profile_rounding == "whole_seconds" == paper.predictor.profile_rounding
     assert dataclasses.replace(preset.predictor, calibration_clock="run", reference_float_order=False,
                                contention="peak") == paper.predictor
 

@@ -17,9 +17,9 @@ from predictor import (
 from workloads.profile import JobProfile
 
 
-# The reference's predictor (§4.2, §4.4), which the hand computations below follow: profiled
-# epoch durations rounded to whole seconds, and R without the epoch in progress.
-REF = {"current_epoch": "skipped", "profile_rounding": "whole_seconds"}
+# The reference's predictor (§4.2), which the hand computations below follow: profiled epoch
+# durations rounded to whole seconds (the default too).
+REF = {"profile_rounding": "whole_seconds"}
 
 
 def _profile() -> JobProfile:
@@ -265,30 +265,16 @@ def test_quality_records_errors_against_actual_remaining_run_time():
     assert pred.active_jobs == []
 
 
-def test_the_epoch_in_progress_counts_in_the_remaining_time():
-    # Ours (not the defaults): durations as profiled (bs 32: (10.2 + 9.8) / 2 = 10.0 s; bs 64: 20.0 s)
-    # and the unfinished part of epoch p added to the reference's R (33.33 s after epoch 0, as above).
-    pred = Predictor(PredictorConfig(current_epoch="counted", profile_rounding="none"), round_duration_s=120.0)
-    pred.add_job(1, submit_s=0.0, round_index=0, scale_factor=1, profile=_profile())
-    # before any progress: prior 2/2, epoch 0 (bs 32) observed -> 3/2, rebased 2.4/1.6, minus epoch 0
-    # -> 1.4/1.6, inflated 4: the reference's R = 1.4 x 10 + 1.6 x 20 = 46 s, then all of epoch 0 (10 s)
-    assert pred.predict(round_index=0, now_s=0.0, num_gpus=1, round_duration_s=120.0)[1].remaining_s == \
-        pytest.approx(56.0)
-    # epoch 0 done (320 samples): epoch 1 is still whole, 33.33 + 10.0
-    pred.observe_progress(1, round_index=0, epochs_done=1, throughput=1.0, batch_size=32, run_s=10.0)
-    assert pred.predict(round_index=1, now_s=120.0, num_gpus=1, round_duration_s=120.0)[1].remaining_s == \
-        pytest.approx(100.0 / 3.0 + 10.0)
-    # half of epoch 1 done too (160 more samples): half of its 10.0 s is left
-    pred.observe_progress(1, round_index=1, epochs_done=1, throughput=1.0, batch_size=32, run_s=5.0)
-    assert pred.predict(round_index=2, now_s=240.0, num_gpus=1, round_duration_s=120.0)[1].remaining_s == \
-        pytest.approx(100.0 / 3.0 + 5.0)
-    with pytest.raises(ValueError, match="current_epoch"):
-        PredictorConfig(current_epoch="half")
-    with pytest.raises(ValueError, match="profile_rounding"):
-        PredictorConfig(profile_rounding="tenths")
-
-
 def test_whole_second_rounding_is_the_references():
     d = [2.4, 2.6, 0.3]
     assert profile_epoch_durations(d).tolist() == [2.0, 3.0, 1.0]
     assert profile_epoch_durations(d, whole_seconds=False).tolist() == d
+    # as profiled: bs 32 (10.2 + 9.8) / 2 = 10.0 s either way here, but the elapsed epoch 0 is 10.2 s
+    pred = Predictor(PredictorConfig(profile_rounding="none"), round_duration_s=120.0)
+    pred.add_job(1, submit_s=100.0, round_index=0, scale_factor=2, profile=_profile())
+    pred.observe_progress(1, round_index=0, epochs_done=1, throughput=1.0, batch_size=32, run_s=10.2)
+    p = pred.predict(round_index=1, now_s=120.0, num_gpus=1, round_duration_s=120.0)[1]
+    assert p.elapsed_epochs_s == pytest.approx(10.2)
+    assert p.mean_epoch_s == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="profile_rounding"):
+        PredictorConfig(profile_rounding="tenths")

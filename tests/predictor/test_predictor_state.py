@@ -91,9 +91,7 @@ def test_a_state_that_does_not_fit_is_refused_and_the_job_not_added():
 
 
 def test_a_long_lived_predictor_keeps_the_newest_finished_jobs_errors_only():
-    # the reference's R (whole-second epochs, the epoch in progress left out), 46 s as computed
-    pred = Predictor(PredictorConfig(contention="submitted", current_epoch="skipped", profile_rounding="whole_seconds"),
-                     keep_finished=2)
+    pred = Predictor(PredictorConfig(contention="submitted"), keep_finished=2)
     for job_id in range(5):
         pred.add_job(job_id, submit_s=0.0, round_index=job_id, scale_factor=1, profile=PROFILE)
         pred.predict(round_index=job_id, now_s=0.0, num_gpus=1, round_duration_s=120.0)
