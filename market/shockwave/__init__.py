@@ -8,7 +8,8 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
 - Objective (maximise): sum_j P_j log(u_j) / (N F) - k z - makespan_k max(0, z - spare), with
   z = max_j leftover_j: the Nash social welfare of normalised progress minus a charge on the
   largest predicted leftover. The reference has the k term only; ``makespan_k`` (ours) charges the
-  part of z beyond the work bound, spare = sum_j w_j R_j / G - F L (``Tables.spare_leftover``).
+  part of z beyond a margin under the work bound, spare = theta sum_j w_j R_j / G - F L
+  (``Tables.spare_leftover``, theta = ``work_bound_fraction``).
   ``log`` is the true log with log(0) := log(1e-6) (the reference's origin), tabulated for every
   n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
   ``log_approximation_bases`` instead.

@@ -130,9 +130,11 @@ def tabulate(
     n_max = np.where(width > num_gpus, 0, np.maximum(n_max, 0))
 
     # The work bound: the active jobs' remaining GPU-seconds over G. A leftover after the window
-    # beyond it, less the window, ends the job after the cluster could have finished all present work.
+    # beyond it, less the window, ends the job after the cluster could have finished all present work;
+    # the charge starts at work_bound_fraction of it, a margin for rounds the long jobs will lose.
     runnable = width <= num_gpus
-    spare = max(0.0, float(width[runnable] @ R[runnable]) / max(num_gpus, 1) - F * L)
+    work_bound = float(width[runnable] @ R[runnable]) / max(num_gpus, 1)
+    spare = max(0.0, config.work_bound_fraction * work_bound - F * L)
     share = min(1.0, num_gpus / max(N, 1))
     rho = (now_s + projected_run_s(R, num_gpus, config.projection) - origin) / np.maximum(target - origin, 1e-9)
     priority = np.ones(N)
