@@ -291,7 +291,8 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
                 max_steps: int | None = None) -> np.ndarray | None:
     """Counts that :func:`pack_counts` can place, from counts it cannot: the job-rounds worth least
     per GPU go first, one at a time, never below a constrained job's ``n_min`` (the rounds of a job
-    left beyond the work bound, which sets the makespan, only when no other job's can go); None
+    whose leftover the makespan charge counts, beyond ``Tables.spare_leftover``, only when no other
+    job's can go); None
     when ``max_steps`` (default: the window's GPU-rounds, F G) did not suffice.
 
     The round-count model's capacity rows treat a class's GPUs as one pool, so a plan can use every
@@ -312,7 +313,7 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
             return None
         last = utility[rows, c] - utility[rows, np.maximum(c - 1, 0)]
         worth = np.where(can, last / width, np.inf)
-        # a job left beyond the work bound after the window sets the makespan: its rounds go last
+        # a job whose leftover the makespan charge counts (beyond the spare) sets the makespan: its rounds go last
         critical = tables.leftover[rows, c] > tables.spare_leftover
         if np.isfinite(worth[~critical]).any():
             worth = np.where(critical, np.inf, worth)

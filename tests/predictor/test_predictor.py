@@ -187,7 +187,7 @@ def test_the_reference_clock_recalibrates_at_every_call_and_advances_by_the_call
 
 def test_unknown_calibration_clock_is_refused():
     with pytest.raises(ValueError, match="calibration_clock"):
-        PredictorConfig(**REF, calibration_clock="wall")
+        PredictorConfig(calibration_clock="wall")
 
 
 def test_calibration_slows_predicted_remaining_time():
@@ -246,7 +246,7 @@ def test_contention_of_the_fair_share(contention, alone, newcomer):
     late = pred.predict(round_index=2, now_s=240.0, num_gpus=1, round_duration_s=120.0)[3]
     assert late.fair_share_finish_s == pytest.approx(200.0 + newcomer * 46.0)
     with pytest.raises(ValueError, match="contention"):
-        PredictorConfig(**REF, contention="trace")
+        PredictorConfig(contention="trace")
 
 
 def test_quality_records_errors_against_actual_remaining_run_time():
