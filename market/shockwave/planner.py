@@ -224,10 +224,15 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
                                stay_bonus=config.lam * math.log1p(config.preempt_margin),
                                deadline=tables.deadline if deadlines else None)
 
+    dropped = 0  # job-rounds the contiguous placement kept short of (contiguous_shortfall = "drop")
     if x is None or x.shape != (N, F) or np.any(tables.width @ x > num_gpus):
         if config.packing == "contiguous":
             x, shortfall = contiguous(counts)
             packer = "contiguous"
+            if (shortfall and config.contiguous_shortfall == "drop"
+                    and not (deadlines and missed_deadlines(x, tables).size)):
+                dropped, shortfall = shortfall, 0
+                log.info("shockwave_contiguous_dropped", round_index=round_index, dropped=dropped, path=path)
         elif config.packing == "rank":
             # §4.7 step 4: earliest rounds to the highest priorities (uniform on the constrained path)
             weight = tables.priority if path != "constrained" else np.ones(N)
@@ -268,7 +273,7 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
                 log.warning("shockwave_time_indexed_failed", round_index=round_index, reason=str(err))
         if shortfall:
             log.warning("shockwave_packing_shortfall", round_index=round_index, dropped=shortfall, path=path)
-    return x, path, reason, solver, packer, shortfall
+    return x, path, reason, solver, packer, shortfall or dropped
 
 
 def _reference_path(tables: Tables, jobs: Sequence[PlanJob], calls: Sequence[CalibrationCalls], *, num_gpus: int,

@@ -421,6 +421,40 @@ def test_the_fallback_packer_misses_a_deadline_and_the_plan_reports_it(monkeypat
     assert plan.path == "constrained" and plan.packer == "urgency" and plan.deadline_misses == [1]
 
 
+def test_contiguous_shortfall_drop_keeps_the_contiguous_placement_only_while_deadlines_hold(monkeypatch):
+    import market.shockwave.planner as planner
+
+    jobs, config = _deadline_case()
+    drop = ShockwaveConfig(future_rounds=2, reopt_rounds=2, contiguous_shortfall="drop")
+
+    def short_of_job_0(keep_deadline: bool):
+        def pack(counts, *a, **k):  # places job 1 (the deadline) in round 0 only if asked, job 2 in round 1
+            x = np.zeros((len(counts), 2), bool)
+            x[1, 0 if keep_deadline else 1] = True
+            x[2, 1] = counts[2] > 0
+            return x, int(counts.sum() - x.sum())
+        return pack
+
+    def no_exact(*a, **k):
+        raise AssertionError("the rank MILP must not be solved")
+
+    monkeypatch.setattr(planner, "pack_contiguous", short_of_job_0(True))
+    monkeypatch.setattr(planner, "rank_milp", no_exact)
+    plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=drop)
+    assert plan.packer == "contiguous" and plan.deadline_misses == []
+    assert plan.market_rounds == [[1], [2]] and plan.counts[0] == 0 and plan.shortfall == 1
+    # the default repacks the same shortfall with the other packers
+    monkeypatch.setattr(planner, "rank_milp", lambda *a, **k: None)
+    plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=config)
+    assert plan.packer == "urgency" and plan.shortfall == 0 and plan.counts[0] == 1
+    # a contiguous placement that misses a deadline is repacked under "drop" too
+    monkeypatch.setattr(planner, "pack_contiguous", short_of_job_0(False))
+    plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=drop)
+    assert plan.packer == "urgency" and plan.shortfall == 0
+    with pytest.raises(ValueError, match="contiguous_shortfall"):
+        ShockwaveConfig(contiguous_shortfall="ignore")
+
+
 def test_policy_counts_deadline_misses_and_packers(monkeypatch):
     import market.shockwave.planner as planner
 
