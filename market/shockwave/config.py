@@ -102,7 +102,7 @@ class ShockwaveConfig:
         deadline; both ignore who was running) or "drop" (ours, opt-in since session 20: keep the
         contiguous placement and drop those job-rounds, reported as ``shortfall``, whenever every
         window-fairness deadline still holds; otherwise repack). "drop" restarts fewer jobs (GPU
-        starts 12-16 % fewer on every suite) and never solves the rank MILP for such windows
+        starts 8-16 % fewer on the development and validation suites) and never solves the rank MILP for such windows
         (h600-mixed: per-solve p95 0.97 s -> 0.01 s), but on the development suite it left a few
         more jobs late and ranked behind "repack" (README, eighth round of "Choosing the defaults").
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
