@@ -62,6 +62,9 @@ class LiveConfig:
     reasons_per_job: int = 20
     #: dashboard event streams (``GET /v1/events``) open at once; more are answered 503
     max_event_streams: int = 64
+    #: seconds a round waits for its policy before it goes on without it (:mod:`live.watchdog`);
+    #: 0: one round (``[rounds] round_duration_s``)
+    policy_deadline_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "heartbeat_timeout_s", "reconnect_initial_s", "reconnect_max_s"):
@@ -69,6 +72,8 @@ class LiveConfig:
                 raise ValueError(f"[live] {name} must be > 0, got {getattr(self, name)}")
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise ValueError("[live] heartbeat_timeout_s must exceed heartbeat_interval_s")
+        if not 0 <= self.policy_deadline_s <= 86_400:
+            raise ValueError(f"[live] policy_deadline_s must be in 0..86400 (0: one round), got {self.policy_deadline_s}")
         if self.lease_grace_s < 0 or self.max_body_bytes < 1024 or self.dedupe_window < 1:
             raise ValueError("[live] lease_grace_s >= 0, max_body_bytes >= 1024 and dedupe_window >= 1 are required")
         if not self.idle_timeout_s > self.heartbeat_timeout_s:

@@ -125,6 +125,8 @@ class ClusterStatus(Struct, kw_only=True):
     queued_jobs: int
     running_jobs: int
     nodes_lost: int
+    #: rounds decided without the policy, which overran ``[live] policy_deadline_s`` (live.watchdog)
+    policy_overdue_rounds: int = 0
 
 
 class ErrorBody(Struct, kw_only=True):
@@ -362,6 +364,9 @@ class Metrics:
         yield GaugeMetricFamily("shockwave_gpus", "GPUs of alive nodes", value=view.num_gpus)
         yield GaugeMetricFamily("shockwave_round_index", "Rounds started", value=view.round_index)
         yield GaugeMetricFamily("shockwave_nodes_lost", "Nodes declared lost", value=view.nodes_lost)
+        yield GaugeMetricFamily("shockwave_policy_overdue_rounds",
+                                "Rounds decided without the policy, which overran [live] policy_deadline_s",
+                                value=view.policy_overdue_rounds)
         if self.hub is not None:
             rejected = CounterMetricFamily(
                 "shockwave_bus_frames_rejected", "Bus frames from peers dropped, by reason (docs/security.md)",
@@ -519,6 +524,7 @@ def build_app(
                 queued_jobs=states["queued"],
                 running_jobs=states["running"],
                 nodes_lost=view.nodes_lost,
+                policy_overdue_rounds=view.policy_overdue_rounds,
             ),
         )
 

@@ -8,7 +8,8 @@ with ``round_mode="timer"`` (docs/architecture.md "Live runtime"). It runs the s
   (the back end stops at ``start_s + duration_s``). A lease not reported ``lease_grace_s`` after
   the round's end is stopped (:class:`StopLease`) and its job requeued. With nothing running,
   a submission or a node registration starts a round at once. The policy runs in a worker
-  thread, and a round whose policy or placement fails is skipped (logged), not fatal.
+  thread; a round waits at most ``[live] policy_deadline_s`` for it, then goes on without it
+  (:mod:`live.watchdog`). A round whose policy or placement fails is skipped (logged), not fatal.
 * **Nodes**: a worker's node agent sends :class:`RegisterGPUs` and gets cluster-wide GPU ids
   (the same ids again when a node of that name re-registers, across ``serve`` restarts), then
   a :class:`Heartbeat` every ``heartbeat_interval_s``. A node silent for more than
@@ -61,7 +62,6 @@ from actors.kernel.messages import (
     JobSpec,
     Lease,
     LeaseProgress,
-    LeaseReport,
     LivenessProbe,
     Message,
     NodeLost,
@@ -71,21 +71,19 @@ from actors.kernel.messages import (
     StopLease,
     SubmitJob,
 )
-from live.guard import check_lease_message
+from live.guard import check_remote_message
 from live.read_model import ReadModel
 from live.store import Store
+from live.watchdog import FALLBACK_CHOOSER, PolicyWatchdog
 from market.base import RoundContext, RoundPolicy
 from market.placement import PlacementError
+from market.reasons import explain_round, JobReason
 
 if TYPE_CHECKING:  # pragma: no cover
     from actors.elastic import ElasticRounds
     from actors.kernel.bus import Bus
     from configs.live import LiveConfig
     from workloads.throughputs import ThroughputTable
-
-
-#: GPUs one node may register (a bound on what a peer can claim)
-MAX_GPUS_PER_NODE = 1024
 
 
 class LiveClearinghouse(Clearinghouse):
@@ -166,6 +164,7 @@ class LiveClearinghouse(Clearinghouse):
         self._monitor: asyncio.Task | None = None
         self._tick_task: asyncio.Task | None = None
         self._tick_at = 0.0
+        self.watchdog = PolicyWatchdog(live.policy_deadline_s or config.round_duration_s, self.log)
         self._publish_cluster()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -278,28 +277,8 @@ class LiveClearinghouse(Clearinghouse):
 
     # -- remote peers ---------------------------------------------------------------------------
     def check_remote(self, peer: str, incarnation: str, msg: Message) -> str | None:
-        """The hub's guard: None when ``msg`` from connection ``(peer, incarnation)`` may be
-        delivered, else the reason it is dropped (a label of the rejected-frames counter).
-
-        The hub has already checked that the connection owns ``msg.src`` (``node/<peer>`` or
-        a ``gpu/<id>`` assigned to the node) and that ``msg.dst`` is a server-side address.
-        """
-        if isinstance(msg, (RegisterGPUs, Heartbeat)):
-            if msg.dst != self.address:
-                return "wrong_destination"
-            if msg.node != peer or msg.src != f"node/{peer}":
-                return "node_is_not_the_sender"
-            if isinstance(msg, RegisterGPUs):
-                if msg.incarnation != incarnation:
-                    return "stale_incarnation"
-                if msg.num_gpus > MAX_GPUS_PER_NODE:
-                    return "too_many_gpus"
-            elif self.node_incarnation.get(peer, incarnation) != incarnation:
-                return "stale_incarnation"
-            return None
-        if isinstance(msg, (LeaseReport, LeaseProgress)):
-            return check_lease_message(self, peer, incarnation, msg)
-        return "not_accepted_from_the_network"
+        """The hub's guard (:func:`live.guard.check_remote_message`)."""
+        return check_remote_message(self, peer, incarnation, msg)
 
     # -- nodes ------------------------------------------------------------------------------
     @handles(RegisterGPUs)
@@ -566,8 +545,19 @@ class LiveClearinghouse(Clearinghouse):
 
     async def _choose(self, ctx: RoundContext) -> list[int]:
         """The policy runs in a worker thread, so the HTTP API and the bus keep serving during a
-        long solve; the clearinghouse handles no other message meanwhile (actor semantics)."""
-        return await asyncio.to_thread(self._decide, ctx)
+        long solve; the clearinghouse handles no other message meanwhile (actor semantics). A
+        round waits at most ``[live] policy_deadline_s`` for it (:mod:`live.watchdog`); an elastic
+        policy (a closed-form heuristic whose state placement reads) as long as it takes."""
+        if self.elastic is not None:
+            return await asyncio.to_thread(self._decide, ctx)
+        return await self.watchdog.choose(self._decide, ctx, self.previous)
+
+    def _explain(self, ctx: RoundContext, chosen: list[int], placement: Mapping[int, tuple[int, ...]]) -> dict[int, JobReason]:
+        """The policy's reasons, or the watchdog's when it decided (the policy's state then
+        belongs to its late call, in another thread)."""
+        if self.watchdog.last_without_policy:
+            return explain_round(FALLBACK_CHOOSER, ctx, chosen, placement, self.previous)
+        return super()._explain(ctx, chosen, placement)
 
     def _round_failed(self, exc: Exception) -> dict[int, tuple[int, ...]]:
         """A live round whose policy or placement fails is skipped (logged); the next one retries."""
@@ -597,4 +587,5 @@ class LiveClearinghouse(Clearinghouse):
         view.round_end_s = self.round_end_s
         view.placement = {j: tuple(g) for j, g in self.previous.items()}
         view.nodes_lost = self.nodes_lost
+        view.policy_overdue_rounds = self.watchdog.overdue_rounds
         view.bump()

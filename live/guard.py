@@ -1,16 +1,45 @@
-"""The hub's guard for lease messages from the network (docs/security.md): which
-:class:`LeaseReport` / :class:`LeaseProgress` a node may send, and why one is dropped."""
+"""The hub's guard for messages from the network (docs/security.md): which
+:class:`RegisterGPUs`, :class:`Heartbeat`, :class:`LeaseReport` and :class:`LeaseProgress` a node
+may send, and why one is dropped."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors.kernel.messages import LeaseReport
+from actors.kernel.messages import Heartbeat, LeaseProgress, LeaseReport, Message, RegisterGPUs
 
 if TYPE_CHECKING:  # pragma: no cover
     from live.clearinghouse import LiveClearinghouse
 
-__all__ = ["check_lease_message"]
+__all__ = ["MAX_GPUS_PER_NODE", "check_lease_message", "check_remote_message"]
+
+#: GPUs one node may register (a bound on what a peer can claim)
+MAX_GPUS_PER_NODE = 1024
+
+
+def check_remote_message(ch: "LiveClearinghouse", peer: str, incarnation: str, msg: Message) -> str | None:
+    """None when ``msg`` from connection ``(peer, incarnation)`` may be delivered to the
+    clearinghouse ``ch``, else the reason it is dropped (a label of the rejected-frames counter).
+
+    The hub has already checked that the connection owns ``msg.src`` (``node/<peer>`` or a
+    ``gpu/<id>`` assigned to the node) and that ``msg.dst`` is a server-side address.
+    """
+    if isinstance(msg, (RegisterGPUs, Heartbeat)):
+        if msg.dst != ch.address:
+            return "wrong_destination"
+        if msg.node != peer or msg.src != f"node/{peer}":
+            return "node_is_not_the_sender"
+        if isinstance(msg, RegisterGPUs):
+            if msg.incarnation != incarnation:
+                return "stale_incarnation"
+            if msg.num_gpus > MAX_GPUS_PER_NODE:
+                return "too_many_gpus"
+        elif ch.node_incarnation.get(peer, incarnation) != incarnation:
+            return "stale_incarnation"
+        return None
+    if isinstance(msg, (LeaseReport, LeaseProgress)):
+        return check_lease_message(ch, peer, incarnation, msg)
+    return "not_accepted_from_the_network"
 
 
 def check_lease_message(ch: "LiveClearinghouse", peer: str, incarnation: str, msg) -> str | None:

@@ -127,6 +127,7 @@ class ReadModel:
     round_end_s: float = 0.0
     placement: dict[int, tuple[int, ...]] = field(default_factory=dict)
     nodes_lost: int = 0
+    policy_overdue_rounds: int = 0  # rounds decided without the policy (live.watchdog)
     timeline_rounds: int = 200
     reasons_per_job: int = 20
     #: bumped on every change the dashboard shows; :meth:`changed` wakes its event streams
