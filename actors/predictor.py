@@ -5,7 +5,9 @@ from the job actors, and by job arrivals and completions from the clearinghouse;
 :class:`PredictRequest` with one :class:`predictor.Prediction` per tracked job and
 :class:`QualityRequest` with the prediction-error summary. With ``export_states`` (live
 ``serve``) each reply also carries the per-job states that changed (:mod:`predictor.state`), which
-``serve`` stores and hands back in :class:`PredictorAddJob` when it restores a job.
+``serve`` stores and hands back in :class:`PredictorAddJob` when it restores a job; with
+``states_to`` as well, the state a progress report changed goes there at once
+(:class:`PredictorStates`), so a ``serve`` killed in the middle of a round loses none of it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from actors.kernel.messages import (
     PredictorAddJob,
     PredictorRemoveJob,
     PredictReply,
+    PredictorStates,
     PredictRequest,
     QualityReply,
     QualityRequest,
@@ -39,15 +42,18 @@ class PredictorActor(Actor):
         keep_finished: completed jobs whose prediction errors :class:`QualityReply` reports
             (:class:`predictor.Predictor`; None: all).
         series_limit: fair-share estimates kept per job (:class:`predictor.Predictor`; None: all).
+        states_to: with ``export_states``, the address that gets a :class:`PredictorStates` after
+            each progress report that changed a job's state (the live clearinghouse, which stores it).
     """
 
     def __init__(self, bus: "Bus", *, config: PredictorConfig | None = None, round_duration_s: float = 120.0,
                  export_states: bool = False, keep_finished: int | None = None,
-                 series_limit: int | None = None) -> None:
+                 series_limit: int | None = None, states_to: str | None = None) -> None:
         super().__init__("predictor", bus)
         self.model = Predictor(config, round_duration_s=round_duration_s, keep_finished=keep_finished,
                                series_limit=series_limit)
         self.export_states = export_states
+        self.states_to = states_to if export_states else None
 
     @handles(PredictorAddJob)
     def on_add_job(self, msg: PredictorAddJob) -> None:
@@ -80,6 +86,10 @@ class PredictorActor(Actor):
             self.model.observe_batch_size_change(
                 msg.job_id, epoch=msg.epochs_done, old_batch_size=old, new_batch_size=new
             )
+        if self.states_to is not None:
+            data = self.model.changed_state(msg.job_id)
+            if data is not None:
+                self.send(PredictorStates(dst=self.states_to, states=[(msg.job_id, data)]))
 
     @handles(PredictorRemoveJob)
     def on_remove_job(self, msg: PredictorRemoveJob) -> None:

@@ -66,6 +66,7 @@ from actors.kernel.messages import (
     Message,
     NodeLost,
     PredictorRemoveJob,
+    PredictorStates,
     RegisterGPUs,
     RoundTick,
     StopLease,
@@ -463,6 +464,13 @@ class LiveClearinghouse(Clearinghouse):
         if msg.batch_size_change is not None:
             self.log.info("lease_batch_size_changed", job_id=msg.job_id, lease_id=msg.lease_id,
                           old=msg.batch_size_change[0], new=msg.batch_size_change[1], mode=msg.mode)
+
+    @handles(PredictorStates)
+    def on_predictor_states_message(self, msg: PredictorStates) -> None:
+        """A progress report changed a job's predictor state: store it now, not at the next round."""
+        live = [(j, state) for j, state in msg.states if (r := self.records.get(j)) is not None and r.state not in TERMINAL]
+        if live:
+            self.store.save_predictor_states(live)
 
     @handles(CancelJob)
     def on_cancel(self, msg: CancelJob) -> None:

@@ -136,7 +136,8 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
                 # states stored, so that a restart keeps them; a long-lived serve's records stay bounded:
                 # no error history (nothing reads it live), at most 256 fair-share estimates per job
                 spawn(PredictorActor(bus, config=cfg.predictor, round_duration_s=rounds.round_duration_s,
-                                     export_states=True, keep_finished=0, series_limit=256))
+                                     export_states=True, keep_finished=0, series_limit=256,
+                                     states_to="clearinghouse"))
                 predictor = "predictor"
             elastic = None
             if is_elastic(live.policy):  # GPU counts per job on the registered nodes; the trainer owns batch sizes

@@ -547,12 +547,23 @@ class Predictor:
         """(job id, state) of every active job whose state changed since the last call (all of them
         at the first), for a live ``serve`` to persist; ``add_job(state=...)`` restores one."""
         out = []
-        for job_id, job in self._jobs.items():
-            data = encode_state(job)
-            if self._exported.get(job_id) != data:
-                self._exported[job_id] = data
+        for job_id in self._jobs:
+            data = self.changed_state(job_id)
+            if data is not None:
                 out.append((job_id, data))
         return out
+
+    def changed_state(self, job_id: int) -> bytes | None:
+        """The state of active job ``job_id`` if it changed since it was last exported (by this
+        method or :meth:`changed_states`), else None (also for a job not tracked)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        data = encode_state(job)
+        if self._exported.get(job_id) == data:
+            return None
+        self._exported[job_id] = data
+        return data
 
     # ------------------------------------------------------------------ quality
     def quality(self) -> dict[str, Any]:

@@ -195,6 +195,14 @@ class PredictReply(Message, tag="predict_reply"):
     states: list[tuple[int, bytes]] = []
 
 
+class PredictorStates(Message, tag="predictor_states"):
+    """Predictor -> clearinghouse (live ``serve``): (job id, :mod:`predictor.state` bytes) of a job
+    whose state a progress report changed, so that a ``serve`` killed before the next round's
+    :class:`PredictReply` keeps what that report taught the predictor."""
+
+    states: list[tuple[int, bytes]]
+
+
 class QualityRequest(Message, tag="quality_request"):
     """Clearinghouse -> predictor: prediction-quality summary for results."""
 
@@ -290,6 +298,7 @@ AnyMessage = Union[
     PredictorRemoveJob,
     PredictRequest,
     PredictReply,
+    PredictorStates,
     QualityRequest,
     QualityReply,
     RegisterGPUs,

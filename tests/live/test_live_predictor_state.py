@@ -68,7 +68,7 @@ async def _serve(path, *, restore: bool):
         actors.append(actor)
         actor.start()
 
-    spawn(PredictorActor(bus, round_duration_s=ROUND_S, export_states=True))
+    spawn(PredictorActor(bus, round_duration_s=ROUND_S, export_states=True, states_to="clearinghouse"))
     ch = LiveClearinghouse(bus, policy=policy, config=ClearinghouseConfig(round_duration_s=ROUND_S, round_mode="timer"),
                            live=LiveConfig(heartbeat_interval_s=0.05, heartbeat_timeout_s=30.0, lease_grace_s=0.05),
                            store=store, throughputs=None, spawn=spawn, predictor="predictor")
@@ -116,3 +116,27 @@ async def test_a_restarted_serve_gives_the_predictor_back_what_it_had_learnt(tmp
     assert after.mean_epoch_s == pytest.approx(before.mean_epoch_s)  # measured, not the first estimate
     assert after.epochs_done >= before.epochs_done
     await _stop(store, actors)
+
+
+async def test_a_progress_report_is_stored_before_the_next_round(tmp_path):
+    """The state a lease report changes reaches the database at once (``PredictorStates``), not
+    with the next round's predictions: a ``serve`` killed in between keeps it."""
+    from actors.kernel.messages import JobProgress, PredictorAddJob, PredictorStates
+    from predictor.state import decode_state
+
+    bus = Bus(WallClock())
+    sink = bus.register("sink")
+    predictor = PredictorActor(bus, round_duration_s=ROUND_S, export_states=True, states_to="sink")
+    predictor.start()
+    bus.send(PredictorAddJob(dst="predictor", job_id=3, submit_s=0.0, round_index=0, scale_factor=1, num_epochs=10,
+                             samples_per_epoch=80, batch_size=8, throughput=50.0))
+    progress = dict(dst="predictor", job_id=3, lease_id=1, round_index=0, total_steps=100, batch_size=8,
+                    throughput=50.0, measured_throughput=40.0, lease_steps=10, execution_s=0.25, finish_s=0.3,
+                    lease_batch_size=8)
+    bus.send(JobProgress(steps_done=10, epochs_done=1, run_time_s=0.25, **progress))
+    first = await asyncio.wait_for(sink.get(), 30)
+    assert isinstance(first, PredictorStates) and [j for j, _ in first.states] == [3]
+    bus.send(JobProgress(steps_done=20, epochs_done=2, run_time_s=0.5, **{**progress, "lease_id": 2}))
+    second = await asyncio.wait_for(sink.get(), 30)
+    assert (decode_state(first.states[0][1]).epochs_done, decode_state(second.states[0][1]).epochs_done) == (1, 2)
+    predictor.stop()
