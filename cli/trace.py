@@ -39,6 +39,12 @@ def add_parser(sub) -> None:
     g.add_argument("--out", help="trace file, or a folder for the published naming scheme (default: this folder)")
 
 
+#: GeneratorSpec field -> the option that sets it
+_FLAGS = {"min_hours and max_hours": "--min-hours, --max-hours", "num_jobs": "--jobs", "seed": "--seed", "mean_interarrival_s": "--interarrival", "min_hours": "--min-hours",
+          "max_hours": "--max-hours", "duration_choices": "--duration-choices", "mode_mix": "--modes",
+          "sf_mix": "--scale-factors"}
+
+
 def run(args: argparse.Namespace) -> int:
     """``shockwave trace generate``: 0 on success, 2 on bad input."""
     from configs.loader import BUNDLED
@@ -50,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
         spec = GeneratorSpec(num_jobs=args.jobs, seed=args.seed, mean_interarrival_s=args.interarrival,
                              min_hours=args.min_hours, max_hours=args.max_hours,
                              duration_choices=args.duration_choices, mode_mix=args.modes, sf_mix=args.scale_factors)
+    except ValueError as exc:  # name the option the user typed, not the spec's field
+        flag = next((f for field, f in _FLAGS.items() if str(exc).startswith(field)), None)
+        print(f"shockwave: error: {flag + ': ' if flag else ''}{exc}", file=sys.stderr)
+        return 2
+    try:
         table = ThroughputTable.load(args.throughputs or Path(str(BUNDLED)) / "data" / "tacc_throughputs.json")
         out = Path(args.out) if args.out else Path.cwd()
         path = out / spec.file_name() if out.is_dir() else out

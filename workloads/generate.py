@@ -109,7 +109,8 @@ class GeneratorSpec:
         if not (math.isfinite(self.mean_interarrival_s) and 0 <= self.mean_interarrival_s <= 1e7):
             raise ValueError(f"mean_interarrival_s must be in [0, 1e7] s, got {self.mean_interarrival_s}")
         if not (0 < self.min_hours <= self.max_hours <= 1000):
-            raise ValueError(f"need 0 < min_hours <= max_hours <= 1000, got {self.min_hours}, {self.max_hours}")
+            raise ValueError(f"min_hours and max_hours need 0 < min_hours <= max_hours <= 1000, got {self.min_hours}, "
+                             f"{self.max_hours}")
         if not 10 <= self.duration_choices <= 100_000:
             raise ValueError(f"duration_choices must be in 10..100000, got {self.duration_choices}")
         object.__setattr__(self, "mode_mix", _mix(self.mode_mix, 3, "mode_mix (static, accordion, gns)"))

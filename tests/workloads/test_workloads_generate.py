@@ -122,5 +122,9 @@ def test_cli_generates_a_trace_that_replays(tmp_path, capsys):
     assert main(["simulate", "--trace", str(written[0]), "--gpus", "8", "--no-progress", "--policy", "max_min_fairness",
                  "--out", str(tmp_path / "run")]) == 0
     assert (tmp_path / "run" / "results.json").is_file()
-    assert main(["trace", "generate", "--scale-factors", "1,2", "--out", str(tmp_path)]) == 2
-    assert "sf_mix" in capsys.readouterr().err
+    # a bad value is refused with the option the user typed
+    for argv, flag in [(["--scale-factors", "1,2"], "--scale-factors"), (["--jobs", "0"], "--jobs"),
+                       (["--min-hours", "3", "--max-hours", "1"], "--min-hours, --max-hours"),
+                       (["--interarrival", "-5"], "--interarrival")]:
+        assert main(["trace", "generate", *argv, "--out", str(tmp_path)]) == 2
+        assert capsys.readouterr().err.startswith(f"shockwave: error: {flag}: ")
