@@ -4,14 +4,17 @@ The live clearinghouse runs the policy in a worker thread (:meth:`LiveClearingho
 <live.clearinghouse.LiveClearinghouse._choose>`). A decision that overruns (a solver that does not
 keep to its time limit, a job set that makes a packing heuristic slow) would otherwise hold the
 round step, and with it every lease report, stop and new job, until it returns. Past the deadline
-the round goes on without the policy (:func:`fallback_choice`): the jobs of the previous round keep
-their GPUs (no restart), and GPUs left free go to waiting jobs in arrival order.
+the round goes on without waiting (:func:`fallback_choice`): the jobs of the policy's most recent
+late answer first (those still active), then the jobs of the previous round (no restart), then
+waiting jobs in arrival order, while GPUs last.
 
-A thread cannot be stopped, so the late call runs to its end. The policy is not called again until
-it has returned (policies are not thread-safe), and its late answer is dropped: its round has
-started. Rounds decided without the policy are counted (``overdue_rounds``: ``GET /v1/cluster``,
-``/metrics``) and logged (``policy_overdue``); a late call's end is logged
-(``policy_returned_late``, with its exception if it raised).
+A thread cannot be stopped, so the late call runs to its end, and the policy is not called again
+until it has returned (policies are not thread-safe). Its answer is kept: while later calls
+overrun too, the rounds follow it, so a policy that is always slower than the deadline still
+decides, a round or two late, instead of being replaced by arrival order. Rounds decided without
+a timely answer are counted (``overdue_rounds``: ``GET /v1/cluster``, ``/metrics``) and logged
+(``policy_overdue``); a late call's end is logged (``policy_returned_late``, with its exception if
+it raised).
 """
 
 from __future__ import annotations
@@ -28,24 +31,31 @@ __all__ = ["FALLBACK_CHOOSER", "PolicyWatchdog", "fallback_choice"]
 class _FallbackChooser:
     """Stands in for the policy in the reasons of a round decided without it (generic reasons)."""
 
-    name = "the watchdog (the policy overran [live] policy_deadline_s: running jobs kept, then arrival order)"
+    name = ("the watchdog (the policy overran [live] policy_deadline_s: its last answer, then the running "
+            "jobs, then arrival order)")
 
 
 FALLBACK_CHOOSER = _FallbackChooser()
 
 
-def fallback_choice(ctx: RoundContext, previous: Mapping[int, Sequence[int]]) -> list[int]:
-    """The jobs of a round decided without the policy.
+def fallback_choice(ctx: RoundContext, previous: Mapping[int, Sequence[int]],
+                    preferred: Sequence[int] = ()) -> list[int]:
+    """The jobs of a round decided without a timely answer from the policy.
 
-    The active jobs of ``previous`` (last round's placement) first, then the others, each group in
-    arrival order (``ctx.jobs``'s order), while their scale factors fit in ``ctx.num_gpus``.
+    The active jobs of ``preferred`` (the policy's last late answer) in its order, then the active
+    jobs of ``previous`` (last round's placement), then the others, each of these two groups in
+    arrival order (``ctx.jobs``'s order), each job while its scale factor fits in the GPUs left of
+    ``ctx.num_gpus``.
 
     Returns:
         job ids, at most ``ctx.num_gpus`` GPUs in all.
     """
+    first = [j for j in dict.fromkeys(preferred) if j in ctx.jobs]
+    ran = [j for j in ctx.jobs if j in previous and j not in first]
+    rest = [j for j in ctx.jobs if j not in previous and j not in first]
     free = ctx.num_gpus
     chosen: list[int] = []
-    for job_id in [j for j in ctx.jobs if j in previous] + [j for j in ctx.jobs if j not in previous]:
+    for job_id in first + ran + rest:
         width = ctx.jobs[job_id].scale_factor
         if width <= free:
             chosen.append(job_id)
@@ -75,6 +85,8 @@ class PolicyWatchdog:
         self.last_without_policy = False
         self._call: asyncio.Future | None = None
         self._started = 0.0
+        #: the answer of the last call that returned after its deadline (None: none since a timely one)
+        self.late_answer: list[int] | None = None
 
     @property
     def busy(self) -> bool:
@@ -97,14 +109,15 @@ class PolicyWatchdog:
         except TimeoutError:
             call.add_done_callback(self._returned_late)
             return self._without_policy(ctx, previous, f"the policy took more than {self.deadline_s:g} s")
+        self.late_answer = None
         return chosen
 
     def _without_policy(self, ctx: RoundContext, previous: Mapping[int, Sequence[int]], why: str) -> list[int]:
         self.overdue_rounds += 1
         self.last_without_policy = True
-        chosen = fallback_choice(ctx, previous)
+        chosen = fallback_choice(ctx, previous, self.late_answer or ())
         self.log.warning("policy_overdue", round_index=ctx.round_index, reason=why, chosen=chosen,
-                         overdue_rounds=self.overdue_rounds)
+                         late_answer=self.late_answer, overdue_rounds=self.overdue_rounds)
         return chosen
 
     def _returned_late(self, call: asyncio.Future) -> None:
@@ -113,4 +126,5 @@ class PolicyWatchdog:
         if error is not None:
             self.log.error("policy_returned_late", seconds=took, error=str(error), exc_info=error)
         else:
-            self.log.warning("policy_returned_late", seconds=took)
+            self.late_answer = list(call.result())
+            self.log.warning("policy_returned_late", seconds=took, chosen=self.late_answer)

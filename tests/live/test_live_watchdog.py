@@ -1,6 +1,7 @@
 """The live policy's watchdog (live/watchdog.py): a round waits at most ``[live] policy_deadline_s``
-for its policy, then goes on without it (running jobs kept, then arrival order); the policy is not
-called again before its late call returns, and is used again once it answers in time."""
+for its policy, then goes on without it (the policy's last late answer, then running jobs kept,
+then arrival order); the policy is not called again before its late call returns, a late answer
+steers the rounds while later calls overrun too, and a timely answer is followed as given."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def test_fallback_keeps_the_running_jobs_then_fills_in_arrival_order_within_the_
     assert fallback_choice(ctx, {3: (0,), 9: (1,)}) == [3, 0, 1]
     assert fallback_choice(ctx, {}) == [0, 1, 3]
     assert fallback_choice(ctx, {2: (0, 1, 2, 3)}) == [2]
+    # the policy's last (late) answer goes first; its finished jobs (8) are skipped
+    assert fallback_choice(ctx, {3: (0,)}, preferred=[4, 8, 1]) == [4, 1, 3]
 
 
 def test_policy_deadline_is_checked():
@@ -62,23 +65,24 @@ class SteppingBackend:
         pass
 
 
-class BlockingPolicy:
-    """Blocks every call until released, then chooses only the newest job."""
+class GatedPolicy:
+    """Call i waits for ``gates[i]`` (if there is one), then chooses only the newest job."""
 
-    name = "blocking"
+    name = "gated"
 
-    def __init__(self) -> None:
-        self.release = threading.Event()
+    def __init__(self, gates: int) -> None:
+        self.gates = [threading.Event() for _ in range(gates)]
         self.calls = 0
         self.inside = 0
         self.most_inside = 0
 
     def select(self, ctx):
-        self.calls += 1
+        call, self.calls = self.calls, self.calls + 1
         self.inside += 1
         self.most_inside = max(self.most_inside, self.inside)
         try:
-            self.release.wait(60)  # bounded: a broken watchdog fails the test instead of hanging it
+            if call < len(self.gates):
+                self.gates[call].wait(60)  # bounded: a broken watchdog fails the test instead of hanging it
             return [max(ctx.jobs)]
         finally:
             self.inside -= 1
@@ -98,38 +102,46 @@ async def _until(predicate, timeout_s: float = 20.0) -> bool:
 async def test_an_overrunning_policy_does_not_hold_the_rounds():
     bus = Bus(WallClock())
     bus.on_undeliverable = lambda dst, msg: None
-    policy = BlockingPolicy()
+    policy = GatedPolicy(gates=2)
     tasks = []
 
     def spawn(actor):
         tasks.append(actor.start())
 
     live = LiveConfig(heartbeat_interval_s=0.05, heartbeat_timeout_s=30.0, idle_timeout_s=60.0, lease_grace_s=0.05,
-                      policy_deadline_s=0.2)
+                      policy_deadline_s=0.2, expected_gpus=2)
     ch = LiveClearinghouse(bus, policy=policy, config=ClearinghouseConfig(round_duration_s=0.05, round_mode="timer"),
                            live=live, store=Store(":memory:"), throughputs=None, spawn=spawn)
     spawn(ch)
+    for _ in range(3):  # queued before the GPUs come: the first round sees all three
+        bus.send(SubmitJob(dst="clearinghouse", spec=JobSpec(model="toy", batch_size=8, scale_factor=1,
+                                                             total_steps=10**6)))
     bus.register("node/a")
     bus.send(RegisterGPUs(src="node/a", dst="clearinghouse", node="a", num_gpus=2))
     for g in (0, 1):
         spawn(GPUActor(g, bus, SteppingBackend()))
-    for _ in range(3):
-        bus.send(SubmitJob(dst="clearinghouse", spec=JobSpec(model="toy", batch_size=8, scale_factor=1,
-                                                             total_steps=10**6)))
+
+    def placed() -> list[int]:
+        return sorted(ch.rounds[-1].placement) if ch.rounds else []
+
     try:
-        # the policy's first call never answers: rounds go on without it, jobs 0 and 1 on the 2 GPUs
-        assert await _until(lambda: ch.watchdog.overdue_rounds >= 3 and ch.rounds
-                            and sorted(ch.rounds[-1].placement) == [0, 1])
+        # the first call does not answer: rounds go on without it, jobs 0 and 1 in arrival order
+        assert await _until(lambda: ch.watchdog.overdue_rounds >= 3 and placed() == [0, 1])
         assert policy.calls == 1 and policy.most_inside == 1  # never called again while it runs
         assert ch.view.policy_overdue_rounds == ch.watchdog.overdue_rounds
         reason = ch.rounds[-1].reasons[0]
         assert reason.code == "selected" and "watchdog" in reason.text
         assert ch.rounds[-1].reasons[2].code == "waiting"
-        # once it answers, the next round calls it again and follows it (only the newest job)
-        policy.release.set()
-        assert await _until(lambda: ch.rounds and list(ch.rounds[-1].placement) == [2]
-                            and not ch.watchdog.last_without_policy)
-        assert policy.calls >= 2 and policy.most_inside == 1
+        # it answers late ([2]); the second call overruns too: the rounds follow the late answer,
+        # and keep job 0 running on the GPU it leaves
+        policy.gates[0].set()
+        assert await _until(lambda: policy.calls == 2 and ch.watchdog.late_answer == [2] and placed() == [0, 2])
+        assert ch.watchdog.last_without_policy and policy.most_inside == 1
+        # once a call answers in time, the round is the policy's answer as given: the newest job only
+        policy.gates[1].set()
+        assert await _until(lambda: placed() == [2] and not ch.watchdog.last_without_policy)
+        assert policy.calls >= 3 and policy.most_inside == 1 and ch.watchdog.late_answer is None
     finally:
-        policy.release.set()
+        for gate in policy.gates:
+            gate.set()
         ch.stop()
