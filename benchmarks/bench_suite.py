@@ -341,11 +341,11 @@ def summary(paths: list[str], policy: str = "shockwave") -> str:
     return "\n".join(lines)
 
 
-def _save(path: Path, overrides: list[str], loads: dict, results: dict) -> None:
+def _save(path: Path, overrides: list[str], loads: dict, gpus: dict, results: dict) -> None:
     """Write the cells finished so far (a temporary file renamed over ``path``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"overrides": overrides, "loads": loads,
+    tmp.write_text(json.dumps({"overrides": overrides, "loads": loads, "gpus": gpus,
                                "cells": [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()]}, indent=1))
     tmp.replace(path)
 
@@ -369,7 +369,9 @@ def main() -> None:
         return
     if args.saved:
         saved = json.loads(Path(args.saved).read_text())
+        # the GPUs of each trace: saved with the cells (since session 21), else from --suite
         gpus = {t["name"]: t["gpus"] for t in tomllib.loads(Path(args.suite).read_text())["trace"]}
+        gpus.update(saved.get("gpus") or {})
         print(markdown({k: tuple(v) for k, v in saved["loads"].items()}, saved["cells"], gpus))
         print()
         print(targets(saved["cells"]))
@@ -395,7 +397,7 @@ def main() -> None:
                 results[key] = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"done {key[0]} {key[1]}", file=sys.stderr, flush=True)
             if args.out:  # after every cell: an interrupted run keeps what it finished
-                _save(Path(args.out), args.set, loads, results)
+                _save(Path(args.out), args.set, loads, {t["name"]: t["gpus"] for t in suite}, results)
     if args.set:
         print(f"[shockwave] overrides: {' '.join(args.set)}")
     if args.markdown:
