@@ -145,7 +145,8 @@
     if (c) {
       const left = c.round_end_s - Date.now() / 1000;
       $("round").textContent = `round ${c.round_index} · ${c.num_gpus} GPUs · ${c.running_jobs} running · ${c.queued_jobs} queued`
-        + (c.round_start_s ? ` · next round in ${V.duration(Math.max(0, left))}` : "");
+        + (c.round_start_s ? ` · next round in ${V.duration(Math.max(0, left))}` : "")
+        + (c.policy_overdue_rounds ? ` · ${c.policy_overdue_rounds} round${c.policy_overdue_rounds > 1 ? "s" : ""} decided without the policy (it overran policy_deadline_s)` : "");
       const placement = Object.fromEntries(c.placement.map((a) => [a.job_id, a.gpu_ids]));
       V.cluster($("cluster"), c.nodes, placement);
     }
