@@ -479,10 +479,10 @@ class Clearinghouse(Actor):
             self.done.set_exception(RuntimeError(f"round {self.round_index} could not be scheduled; see the log"))
 
     # -- steps of a round boundary ---------------------------------------------------------
-    def _explain(self, ctx: RoundContext, chosen: list[int], placement: Mapping[int, tuple[int, ...]]) -> dict[int, JobReason]:
-        """The market's reasons of this round (empty, logged, if explaining fails: a round never does)."""
+    def _explain(self, ctx: RoundContext, chosen: list[int], placement: Mapping[int, tuple[int, ...]], chooser: object = None):
+        """The reasons of ``chooser``'s (default: the policy's) decision; empty, logged, on error: a round never fails."""
         try:
-            return explain_round(self.policy, ctx, chosen, placement, self.previous)
+            return explain_round(chooser or self.policy, ctx, chosen, placement, self.previous)
         except Exception as exc:  # noqa: BLE001 - reasons are a view, never a reason to fail a round
             self.log.warning("reasons_failed", round_index=self.round_index, error=str(exc))
             return {}

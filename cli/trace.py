@@ -39,9 +39,9 @@ def add_parser(sub) -> None:
     g.add_argument("--out", help="trace file, or a folder for the published naming scheme (default: this folder)")
 
 
-#: GeneratorSpec field -> the option that sets it
-_FLAGS = {"min_hours and max_hours": "--min-hours, --max-hours", "num_jobs": "--jobs", "seed": "--seed", "mean_interarrival_s": "--interarrival", "min_hours": "--min-hours",
-          "max_hours": "--max-hours", "duration_choices": "--duration-choices", "mode_mix": "--modes",
+#: GeneratorSpec field(s) an error message starts with -> the option(s) that set them (the pair first)
+_FLAGS = {"min_hours and max_hours": "--min-hours, --max-hours", "num_jobs": "--jobs", "seed": "--seed",
+          "mean_interarrival_s": "--interarrival", "duration_choices": "--duration-choices", "mode_mix": "--modes",
           "sf_mix": "--scale-factors"}
 
 

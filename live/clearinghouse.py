@@ -78,7 +78,7 @@ from live.store import Store
 from live.watchdog import FALLBACK_CHOOSER, PolicyWatchdog
 from market.base import RoundContext, RoundPolicy
 from market.placement import PlacementError
-from market.reasons import explain_round, JobReason
+from market.reasons import JobReason
 
 if TYPE_CHECKING:  # pragma: no cover
     from actors.elastic import ElasticRounds
@@ -468,9 +468,10 @@ class LiveClearinghouse(Clearinghouse):
     @handles(PredictorStates)
     def on_predictor_states_message(self, msg: PredictorStates) -> None:
         """A progress report changed a job's predictor state: store it now, not at the next round."""
-        live = [(j, state) for j, state in msg.states if (r := self.records.get(j)) is not None and r.state not in TERMINAL]
-        if live:
-            self.store.save_predictor_states(live)
+        unfinished = [(job_id, state) for job_id, state in msg.states
+                      if (record := self.records.get(job_id)) is not None and record.state not in TERMINAL]
+        if unfinished:
+            self.store.save_predictor_states(unfinished)
 
     @handles(CancelJob)
     def on_cancel(self, msg: CancelJob) -> None:
@@ -560,12 +561,11 @@ class LiveClearinghouse(Clearinghouse):
             return await asyncio.to_thread(self._decide, ctx)
         return await self.watchdog.choose(self._decide, ctx, self.previous)
 
-    def _explain(self, ctx: RoundContext, chosen: list[int], placement: Mapping[int, tuple[int, ...]]) -> dict[int, JobReason]:
-        """The policy's reasons, or the watchdog's when it decided (the policy's state then
-        belongs to its late call, in another thread)."""
-        if self.watchdog.last_without_policy:
-            return explain_round(FALLBACK_CHOOSER, ctx, chosen, placement, self.previous)
-        return super()._explain(ctx, chosen, placement)
+    def _explain(self, ctx: RoundContext, chosen: list[int], placement: Mapping[int, tuple[int, ...]],
+                 chooser: object = None) -> dict[int, JobReason]:
+        """The watchdog's reasons when it decided the round (the policy's state then belongs to its
+        late call, in another thread), else the policy's."""
+        return super()._explain(ctx, chosen, placement, FALLBACK_CHOOSER if self.watchdog.last_without_policy else chooser)
 
     def _round_failed(self, exc: Exception) -> dict[int, tuple[int, ...]]:
         """A live round whose policy or placement fails is skipped (logged); the next one retries."""

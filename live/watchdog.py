@@ -20,6 +20,7 @@ it raised).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -84,7 +85,6 @@ class PolicyWatchdog:
         #: whether the last round was decided without the policy
         self.last_without_policy = False
         self._call: asyncio.Future | None = None
-        self._started = 0.0
         #: the answer of the last call that returned after its deadline (None: none since a timely one)
         self.late_answer: list[int] | None = None
 
@@ -101,13 +101,13 @@ class PolicyWatchdog:
         self.last_without_policy = False
         if self.busy:
             return self._without_policy(ctx, previous, "the policy is still deciding an earlier round")
-        self._started = time.perf_counter()
+        started = time.perf_counter()
         call = asyncio.ensure_future(asyncio.to_thread(decide, ctx))
         self._call = call
         try:
             chosen = await asyncio.wait_for(asyncio.shield(call), self.deadline_s)
         except TimeoutError:
-            call.add_done_callback(self._returned_late)
+            call.add_done_callback(functools.partial(self._returned_late, started))
             return self._without_policy(ctx, previous, f"the policy took more than {self.deadline_s:g} s")
         self.late_answer = None
         return chosen
@@ -120,8 +120,8 @@ class PolicyWatchdog:
                          late_answer=self.late_answer, overdue_rounds=self.overdue_rounds)
         return chosen
 
-    def _returned_late(self, call: asyncio.Future) -> None:
-        took = round(time.perf_counter() - self._started, 3)
+    def _returned_late(self, started: float, call: asyncio.Future) -> None:
+        took = round(time.perf_counter() - started, 3)
         error = None if call.cancelled() else call.exception()
         if error is not None:
             self.log.error("policy_returned_late", seconds=took, error=str(error), exc_info=error)
