@@ -119,6 +119,15 @@ class ShockwaveConfig:
     preempt_margin: delta; in the contiguous packing a waiting job displaces a running one only
         when its projected rho exceeds the running job's by more than a factor 1 + delta
         (log-priority credit lam log(1 + delta) for continuing jobs).
+    latest_start_first: in the contiguous packing, once the present work fits in the window (the
+        work bound, the active jobs' remaining GPU-seconds over G, is at most F L), a waiting job
+        that would end after the work bound unless it starts now (``Tables.latest_start``) competes
+        for the round as a running job does (ours, session 22; False: the packing before it). The
+        market's counts are blind to when in the window a job runs: the packing put such a job's
+        rounds at the end of the window, behind the running jobs, and each re-plan a few rounds
+        later did so again, until the job ended the run alone on an emptying cluster
+        (q140-16gpu-gns: it waited 12 rounds with 16 of 20 rounds planned). Chosen on the development
+        suite (README, tenth round of "Choosing the defaults").
     restart_cost: plan each job that did not run in the round before the window with its restart
         cost (``JobView.restart_overhead_s``: the emulation's charge in simulation, the worker's
         measured start-up and shutdown live) added to its remaining time. False: the reference,
@@ -145,6 +154,7 @@ class ShockwaveConfig:
     packing: str = "contiguous"
     fairness: str = "window"
     preempt_margin: float = 0.5
+    latest_start_first: bool = True
     restart_cost: bool = False
     replan_on_batch_size_change: bool = False
     sub_mip_heuristics: bool = True

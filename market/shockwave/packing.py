@@ -107,6 +107,7 @@ def pack_contiguous(
     priority: np.ndarray | None = None,
     stay_bonus: float = 0.0,
     deadline: np.ndarray | None = None,
+    latest_start: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """Place n_j rounds per job into F rounds, few preemptions first (restart-aware packing).
 
@@ -126,8 +127,11 @@ def pack_contiguous(
     4. job-rounds this pass could not place (a round left with fewer free GPUs than the jobs with
        rounds to go need, e.g. one free GPU in each of two rounds and a 2-GPU job to place) are
        placed by moving or trading other jobs' rounds (:func:`_exchange`).
-    Within steps 2 and 3 candidates go by (log P_j + ``stay_bonus`` if continuing, highest first;
-    then continuing first; then ``order``).
+    Within steps 2 and 3 candidates go by (log P_j + ``stay_bonus`` if continuing or due to start,
+    highest first; then due to start first; then continuing first; then ``order``). A job is due to
+    start in round t once ``latest_start[j] <= t``: it competes for the round as if it were running,
+    and wins the ties, so a waiting job that must start now to end by the work bound displaces an
+    on-time running job of no higher priority (a late job still outbids it by the margin).
 
     Args:
         counts: (N,) rounds per job, each in 0..F.
@@ -142,6 +146,8 @@ def pack_contiguous(
             only when its log-priority is higher by more than this (0: pure priority order).
         deadline: (N,) rounds (1..F) by whose end the job's rounds must be placed (its
             finish-time-fairness deadline inside the window); default F for every job.
+        latest_start: (N,) round from which the job is due to start (``Tables.latest_start``);
+            default None, no job is.
 
     Returns:
         (x, shortfall) as :func:`pack_counts`; shortfall > 0 means this heuristic failed to place
@@ -161,8 +167,9 @@ def pack_contiguous(
         left = F - t
         free = G
         here = np.zeros(N, dtype=bool)
-        # candidates: continuing jobs first, then by urgency
-        cand = np.lexsort((rank, ~prev, -(log_prio + stay_bonus * prev)))
+        # candidates: by priority, continuing and due jobs with the margin; then due, continuing, urgency
+        due_now = np.zeros(N, dtype=bool) if latest_start is None else np.asarray(latest_start) <= t
+        cand = np.lexsort((rank, ~prev, ~due_now, -(log_prio + stay_bonus * (prev | due_now))))
         cand = cand[c[cand] > 0]
 
         def place(j: int) -> bool:

@@ -222,7 +222,8 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
     def contiguous(c: np.ndarray) -> tuple[np.ndarray, int]:
         return pack_contiguous(c, tables.width, order, ran, num_gpus, F, priority=tables.priority,
                                stay_bonus=config.lam * math.log1p(config.preempt_margin),
-                               deadline=tables.deadline if deadlines else None)
+                               deadline=tables.deadline if deadlines else None,
+                               latest_start=tables.latest_start if config.latest_start_first else None)
 
     dropped = 0  # job-rounds the contiguous placement kept short of (contiguous_shortfall = "drop")
     if x is None or x.shape != (N, F) or np.any(tables.width @ x > num_gpus):

@@ -52,6 +52,9 @@ class Tables:
     remaining: np.ndarray  # (N,) R
     deadline: np.ndarray  # (N,) rounds 1..F by whose end a constrained job's rounds must be placed
     spare_leftover: float = 0.0  # seconds of leftover after the window that keep within the work bound
+    # (N,) rounds: once the present work fits in the window (work bound <= F L), the last round j can
+    # start in and still end by the work bound, floor((work bound - R_j) / L); F where it does not fit
+    latest_start: np.ndarray | None = None
     plain_utility: np.ndarray | None = None  # (N, F+1) U_j(n), unweighted (fairness "reference" only)
     infeasible: bool = False  # fairness "reference": some job cannot meet the constraint (fallback)
 
@@ -135,6 +138,12 @@ def tabulate(
     runnable = width <= num_gpus
     work_bound = float(width[runnable] @ R[runnable]) / max(num_gpus, 1)
     spare = max(0.0, config.work_bound_fraction * work_bound - F * L)
+    # The run's last stretch: once all present work fits in the window, a job that starts after
+    # floor((W - R_j) / L) ends after the work bound W, and a re-plan a few rounds on may defer it again.
+    if work_bound <= F * L:
+        latest_start = np.floor((work_bound - R) / L).astype(np.int64)
+    else:
+        latest_start = np.full(N, F, dtype=np.int64)
     share = min(1.0, num_gpus / max(N, 1))
     rho = (now_s + projected_run_s(R, num_gpus, config.projection) - origin) / np.maximum(target - origin, 1e-9)
     priority = np.ones(N)
@@ -159,7 +168,8 @@ def tabulate(
         return Tables(
             ids=[int(j.job_id) for j in jobs], width=width, utility=utility, leftover=leftover, n_max=n_max,
             n_min=n_min, constrained=n_min > 0, priority=priority, rho=rho, slack=bound - now_s - R, remaining=R,
-            deadline=np.full(N, F, dtype=np.int64), spare_leftover=spare, plain_utility=plain,
+            deadline=np.full(N, F, dtype=np.int64), spare_leftover=spare, latest_start=latest_start,
+            plain_utility=plain,
             infeasible=not feasible,
         )
 
@@ -192,6 +202,7 @@ def tabulate(
         remaining=R,
         deadline=deadline,
         spare_leftover=spare,
+        latest_start=latest_start,
     )
 
 
