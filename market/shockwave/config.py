@@ -30,7 +30,7 @@ class ShockwaveConfig:
         only what the work bound proves late). The work bound assumes the other jobs fill the
         cluster around the longest ones to the end; when several long jobs start at that last
         moment, any round they lose (to a job's window deadline, a wide job's packing) or any
-        remaining time predicted short ends the run on a cluster of a few long jobs (d240-gns-48gpu:
+        remaining time predicted short ends the run on a cluster of a few long jobs (d240-accordion-48gpu:
         idle GPUs worth 4,282 s of its 49,188 s makespan at 1.0).
     lam: exponent of the fairness priority rho^lam (the reference's 12; on the development suite,
         benchmarks/suite/dev_suite.toml, it met one target more than 8, 10, 16 and 24 with the
@@ -126,7 +126,7 @@ class ShockwaveConfig:
         market's counts are blind to when in the window a job runs: the packing put such a job's
         rounds at the end of the window, behind the running jobs, and each re-plan a few rounds
         later did so again, until the job ended the run alone on an emptying cluster
-        (q140-16gpu-gns: it waited 12 rounds with 16 of 20 rounds planned). Chosen on the development
+        (q140-16gpu-accordion: it waited 12 rounds with 16 of 20 rounds planned). Chosen on the development
         suite (README, tenth round of "Choosing the defaults").
     restart_cost: plan each job that did not run in the round before the window with its restart
         cost (``JobView.restart_overhead_s``: the emulation's charge in simulation, the worker's
