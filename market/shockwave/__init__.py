@@ -60,6 +60,9 @@ its projected rho exceeds the running job's by more than a factor 1 + ``preempt_
 0.5). When most jobs are late, pure priority order re-sorts them every round and restarts many
 of them; the margin trades those restarts against priority order
 (``benchmarks/bench_shockwave_replay.py --set preempt_margin=...`` measures each setting).
+Near the end of a run (the present work fits in the window), a waiting job that would end after
+the work bound unless it starts now competes as if it were running (``latest_start_first``), so
+that re-plans do not defer the longest jobs round after round.
 ``"urgency"`` (:func:`pack_counts`) ignores restarts. Only the contiguous packer (and the rank MILP,
 given them) places rounds by the deadlines. The contiguous packer builds the rounds one after the
 other and then places what that pass left over by moving or trading other jobs' rounds; when it
