@@ -15,7 +15,9 @@ with ``round_mode="timer"`` (docs/architecture.md "Live runtime"). It runs the s
   a :class:`Heartbeat` every ``heartbeat_interval_s``. A node silent for more than
   ``heartbeat_timeout_s`` is declared lost: its GPUs leave the cluster, its running leases'
   jobs are requeued for the next round, and the next :class:`~market.base.RoundContext`
-  carries ``lost_gpus`` so that the policy re-plans.
+  carries ``lost_gpus`` so that the policy re-plans. Silence is judged only while ``serve``'s own
+  loop runs on time and its actor has caught up: after a stall of the loop (a slow solve on a busy
+  machine), the heartbeats that came meanwhile are read before any node is judged.
 * **Durable state** (:class:`live.store.Store`): a job is committed before it is acknowledged;
   each change of its record, leases, nodes and its predictor state are written as they happen.
   :meth:`restore` reloads a database: unfinished jobs come back with their progress and their
@@ -54,23 +56,8 @@ from actors.records import TERMINAL, JobRecord, LeaseInfo
 from actors.job import JobActor, Resume
 from actors.kernel.actor import Actor, handles
 from actors.kernel.messages import (
-    CancelJob,
-    CancelResult,
-    GPUsRegistered,
-    Heartbeat,
-    JobAccepted,
-    JobSpec,
-    Lease,
-    LeaseProgress,
-    LivenessProbe,
-    Message,
-    NodeLost,
-    PredictorRemoveJob,
-    PredictorStates,
-    RegisterGPUs,
-    RoundTick,
-    StopLease,
-    SubmitJob,
+    CancelJob, CancelResult, GPUsRegistered, Heartbeat, JobAccepted, JobSpec, Lease, LeaseProgress, LivenessProbe,
+    Message, NodeLost, PredictorRemoveJob, PredictorStates, RegisterGPUs, RoundTick, StopLease, SubmitJob,
 )
 from live.guard import check_remote_message
 from live.read_model import ReadModel
@@ -159,8 +146,7 @@ class LiveClearinghouse(Clearinghouse):
         self.last_seen: dict[str, float] = {}
         self.job_actors: dict[int, JobActor] = {}
         self.loop_alive_s = self.clock.now()  # the last LivenessProbe handled
-        self.nodes_lost = 0
-        self.round_end_s = 0.0
+        self.nodes_lost, self.round_end_s = 0, 0.0
         self.round_start_s: float | None = None
         self._monitor: asyncio.Task | None = None
         self._tick_task: asyncio.Task | None = None
@@ -380,12 +366,15 @@ class LiveClearinghouse(Clearinghouse):
             self._add_node(msg.node, self.known_nodes[msg.node], now)
 
     async def _watch_heartbeats(self) -> None:
-        interval = self.live.heartbeat_interval_s
+        interval, probed, now = self.live.heartbeat_interval_s, None, self.clock.now()
         while True:
             await asyncio.sleep(interval)
+            # after a stall heartbeats may wait unread: judge on time, once the actor took the last probe
+            on_time, now = self.clock.now() - now < 2 * interval, self.clock.now()
+            judge, probed = on_time and (probed is None or self.loop_alive_s >= probed), now
             self.mailbox.put_nowait(LivenessProbe(src=self.address, dst=self.address))
-            now = self.clock.now()
-            for node in [n for n, t in self.last_seen.items() if n in self.nodes and now - t > self.live.heartbeat_timeout_s]:
+            late = [n for n, t in self.last_seen.items() if n in self.nodes and now - t > self.live.heartbeat_timeout_s]
+            for node in late if judge else []:
                 self.last_seen.pop(node, None)
                 self.mailbox.put_nowait(NodeLost(src=self.address, dst=self.address, node=node))
 

@@ -1,9 +1,11 @@
 """In-process live clearinghouse on the wall clock (short rounds): repeated lease failures mark a
-job failed with the reason; a node that stops heartbeating is lost and the policy is told."""
+job failed with the reason; a node that stops heartbeating is lost and the policy is told; a node
+that kept heartbeating through a stall of the scheduler's own loop is not."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -12,7 +14,7 @@ from actors.clearinghouse import ClearinghouseConfig
 from actors.gpu import GPUActor
 from live.clearinghouse import LiveClearinghouse
 from configs.live import LiveConfig
-from actors.kernel.messages import RegisterGPUs, SubmitJob, JobSpec
+from actors.kernel.messages import Heartbeat, RegisterGPUs, SubmitJob, JobSpec
 from gpu_runtime.backend import LeaseOutcome
 from live.store import Store
 from market.base import RoundContext
@@ -103,4 +105,25 @@ async def test_silent_node_is_lost_and_the_policy_told():
     bus.send(RegisterGPUs(src="node/a", dst="clearinghouse", node="a", num_gpus=2))  # it comes back
     assert await _wait(lambda: any(c.lost_gpus == 2 for c in policy.contexts))
     assert ch.nodes["a"] == [0, 1]  # the same ids again
+    ch.stop()
+
+
+async def test_a_stall_of_the_loop_does_not_lose_a_node_that_kept_heartbeating():
+    # serve's event loop blocked for three heartbeat timeouts (a slow first solve on a busy machine):
+    # the node's heartbeats wait unread meanwhile, and must not count as silence once it runs again
+    bus, ch, _, _ = await _cluster(FailingBackend(), heartbeat_timeout_s=0.2, gpu_actors=False)
+
+    async def heartbeats():
+        while True:
+            bus.send(Heartbeat(src="node/a", dst="clearinghouse", node="a"))
+            await asyncio.sleep(0.02)
+
+    beating = asyncio.create_task(heartbeats())
+    assert await _wait(lambda: ch.num_gpus == 2)
+    time.sleep(0.6)  # the stall: nothing on this loop runs
+    after = time.time()
+    # many heartbeat checks after the stall: each posts a probe that the actor then handles
+    assert await _wait(lambda: ch.loop_alive_s > after + 10 * 0.05)
+    assert ch.nodes_lost == 0 and ch.num_gpus == 2
+    beating.cancel()
     ch.stop()
