@@ -366,15 +366,17 @@ class LiveClearinghouse(Clearinghouse):
             self._add_node(msg.node, self.known_nodes[msg.node], now)
 
     async def _watch_heartbeats(self) -> None:
-        interval, probed, now = self.live.heartbeat_interval_s, None, self.clock.now()
+        interval, last = self.live.heartbeat_interval_s, self.clock.now()
         while True:
             await asyncio.sleep(interval)
             # after a stall heartbeats may wait unread: judge on time, once the actor took the last probe
-            on_time, now = self.clock.now() - now < 2 * interval, self.clock.now()
-            judge, probed = on_time and (probed is None or self.loop_alive_s >= probed), now
+            now = self.clock.now()
+            judge = now - last < 2 * interval and self.loop_alive_s >= last
+            last = now
             self.mailbox.put_nowait(LivenessProbe(src=self.address, dst=self.address))
-            late = [n for n, t in self.last_seen.items() if n in self.nodes and now - t > self.live.heartbeat_timeout_s]
-            for node in late if judge else []:
+            if not judge:
+                continue
+            for node in [n for n, t in self.last_seen.items() if n in self.nodes and now - t > self.live.heartbeat_timeout_s]:
                 self.last_seen.pop(node, None)
                 self.mailbox.put_nowait(NodeLost(src=self.address, dst=self.address, node=node))
 
