@@ -50,9 +50,17 @@ def _table(path: str):
     return ThroughputTable.load(path)
 
 
+def generator_spec(entry: dict):
+    """The ``shockwave trace generate`` parameters of a generated suite entry (not a ``file`` one)."""
+    from workloads.generate import GeneratorSpec
+
+    return GeneratorSpec(num_jobs=entry["jobs"], seed=entry["seed"], mean_interarrival_s=entry["interarrival"],
+                         mode_mix=tuple(entry["modes"]), sf_mix=tuple(entry["scale_factors"]))
+
+
 def load_suite(path: Path) -> list[dict]:
     """The suite's [[trace]] tables, each with ``path`` (the trace file, generated if needed)."""
-    from workloads.generate import GeneratorSpec, write_trace
+    from workloads.generate import write_trace
 
     entries = tomllib.loads(path.read_text())["trace"]
     cache = ROOT / "results" / "suite"
@@ -63,11 +71,9 @@ def load_suite(path: Path) -> list[dict]:
         if "file" in entry:
             trace = DATA / entry["file"]
         else:
-            spec = GeneratorSpec(num_jobs=entry["jobs"], seed=entry["seed"], mean_interarrival_s=entry["interarrival"],
-                                 mode_mix=tuple(entry["modes"]), sf_mix=tuple(entry["scale_factors"]))
             trace = cache / f"{entry['name']}.trace"
             if not trace.exists():
-                write_trace(trace, spec, _table(str(table_path)))
+                write_trace(trace, generator_spec(entry), _table(str(table_path)))
         out.append({**entry, "path": str(trace), "throughputs_path": str(table_path)})
     return out
 

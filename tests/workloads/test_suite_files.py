@@ -9,15 +9,21 @@ seeds honest.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from workloads.generate import MODES_IN_MIX_ORDER, GeneratorSpec
+from workloads.generate import MODES_IN_MIX_ORDER
 
-SUITES = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "suite").glob("*_suite.toml"))
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "benchmarks" / "bench_suite.py")
+bench_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_suite)
+
+SUITES = sorted(bench_suite.DEFAULT_SUITE.parent.glob("*_suite.toml"))
 ENTRIES = [(path.name, entry) for path in SUITES for entry in tomllib.loads(path.read_text())["trace"]]
 
 
@@ -32,10 +38,9 @@ def test_every_suite_file_is_found() -> None:
 def test_a_trace_name_matches_its_table(suite: str, entry: dict) -> None:
     name = entry["name"]
     if "file" in entry:  # a bundled trace: nothing generated
-        assert (Path(__file__).resolve().parents[2] / "configs" / "data" / entry["file"]).exists(), name
+        assert (bench_suite.DATA / entry["file"]).exists(), name
         return
-    GeneratorSpec(num_jobs=entry["jobs"], seed=entry["seed"], mean_interarrival_s=entry["interarrival"],
-                  mode_mix=tuple(entry["modes"]), sf_mix=tuple(entry["scale_factors"]))  # valid, or raises
+    bench_suite.generator_spec(entry)  # valid, or raises
     jobs = re.match(r"^[a-z](\d+)-", name)
     assert jobs and int(jobs.group(1)) == entry["jobs"], f"{suite}: {name} has {entry['jobs']} jobs"
     gpus = re.search(r"(\d+)gpu", name)
