@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PUBLISHED = {"makespan_s": 24197.0, "avg_jct_s": 9958.0, "worst_rho": 1.78, "unfair_fraction_1_05": 0.05}
 
 
-from bench_suite import override_config  # noqa: E402 - one parser of --set for the benchmarks
+from bench_suite import add_set_argument, override_config  # noqa: E402 - one parser of --set for the benchmarks
 
 
 def _count_binding(counter: Counter) -> None:
@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--config", default=None, help="run configuration (default: configs/paper_32gpus.toml)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--binding", action="store_true")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    add_set_argument(ap)
     ap.add_argument("--suite", help="a suite file (benchmarks/suite/*.toml): replay each of its traces")
     args = ap.parse_args()
 

@@ -178,6 +178,14 @@ def makespan_parts(results: dict, charge_s: float) -> dict:
             "start_charge_s": started * charge_s / gpus}
 
 
+def add_set_argument(ap: argparse.ArgumentParser) -> None:
+    """The benchmarks' ``--set KEY=VALUE ...`` option (see :func:`override_config`). Repeated
+    ``--set`` flags add up: ``--set a=1 --set b=2`` applies both, where a plain ``nargs`` option
+    would keep only the last."""
+    ap.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                    help="configuration overrides ([shockwave] knob, or section.knob); repeated --set flags add up")
+
+
 def override_config(config, pairs: list[str]) -> None:
     """Apply ``key=value`` overrides to a run's configuration, in place: ``key`` is a [shockwave]
     knob, or ``section.key`` for another section (e.g. ``predictor.calibration_clock=rounds``).
@@ -202,6 +210,8 @@ def _override_section(config, section: str, pairs: list[str]):
             raise SystemExit(f"unknown [{section}] knob {key!r}")
         current = getattr(config, key)
         if isinstance(current, bool):
+            if raw.lower() not in ("1", "true", "yes", "0", "false", "no"):
+                raise SystemExit(f"[{section}] {key} is a boolean (true/false, 1/0, yes/no), got {raw!r}")
             changes[key] = raw.lower() in ("1", "true", "yes")
         elif isinstance(current, (tuple, type(None))):
             changes[key] = json.loads(raw)
@@ -362,7 +372,7 @@ def main() -> None:
     ap.add_argument("--traces", help="comma-separated trace names (default: all)")
     ap.add_argument("--max-jobs", type=int, help="only traces with at most this many jobs")
     ap.add_argument("--policies", default="shockwave,max_min_fairness,finish_time_fairness")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    add_set_argument(ap)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out")
     ap.add_argument("--markdown", action="store_true", help="print one markdown table of every cell")

@@ -1,0 +1,53 @@
+"""The benchmarks' ``--set`` overrides (benchmarks/bench_suite.py): how the defaults were chosen."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from replay.simulate import resolve_run
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "benchmarks" / "bench_suite.py")
+bench_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_suite)
+
+
+def _parse(argv: list[str]) -> list[str]:
+    ap = argparse.ArgumentParser()
+    bench_suite.add_set_argument(ap)
+    return ap.parse_args(argv).set
+
+
+def test_repeated_set_flags_add_up():
+    # a plain nargs option keeps only the last flag: a two-knob experiment silently became a one-knob one
+    assert _parse(["--set", "predictor.profile_rounding=none", "--set", "priority_floor=0.75"]) == [
+        "predictor.profile_rounding=none", "priority_floor=0.75"]
+    assert _parse(["--set", "lam=10", "k=0.001", "--set", "makespan_k=0.02"]) == ["lam=10", "k=0.001", "makespan_k=0.02"]
+    assert _parse([]) == []
+
+
+def test_overrides_reach_each_section():
+    spec = resolve_run(None)
+    bench_suite.override_config(spec.config, ["predictor.profile_rounding=none", "priority_floor=0.75",
+                                              "latest_start_first=false", "log_approximation_bases=[0.0, 0.5, 1.0]"])
+    assert spec.config.predictor.profile_rounding == "none"
+    assert spec.config.shockwave.priority_floor == 0.75
+    assert spec.config.shockwave.latest_start_first is False
+    assert spec.config.shockwave.log_approximation_bases == [0.0, 0.5, 1.0]
+
+
+@pytest.mark.parametrize(("pair", "message"), [
+    ("latest_start_first=ture", "latest_start_first is a boolean"),
+    ("no_such_knob=1", "unknown [shockwave] knob 'no_such_knob'"),
+    ("nosection.k=1", "unknown configuration section [nosection]"),
+])
+def test_bad_overrides_name_what_is_wrong(pair, message):
+    spec = resolve_run(None)
+    before = spec.config.shockwave
+    with pytest.raises(SystemExit, match=message.replace("[", r"\[").replace("]", r"\]")):
+        bench_suite.override_config(spec.config, [pair])
+    assert spec.config.shockwave == before
