@@ -213,10 +213,11 @@ def _override_section(config, section: str, pairs: list[str]):
             if raw.lower() not in ("1", "true", "yes", "0", "false", "no"):
                 raise SystemExit(f"[{section}] {key} is a boolean (true/false, 1/0, yes/no), got {raw!r}")
             changes[key] = raw.lower() in ("1", "true", "yes")
-        elif isinstance(current, (tuple, type(None))):
-            changes[key] = json.loads(raw)
         else:
-            changes[key] = type(current)(raw)
+            try:
+                changes[key] = json.loads(raw) if isinstance(current, (tuple, type(None))) else type(current)(raw)
+            except ValueError as err:  # json.JSONDecodeError is a ValueError
+                raise SystemExit(f"[{section}] {key} takes a value of type {type(current).__name__}, got {raw!r}: {err}") from None
     return dataclasses.replace(config, **changes)
 
 

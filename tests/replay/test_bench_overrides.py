@@ -42,6 +42,9 @@ def test_overrides_reach_each_section():
 
 @pytest.mark.parametrize(("pair", "message"), [
     ("latest_start_first=ture", "latest_start_first is a boolean"),
+    ("future_rounds=2.5", "future_rounds takes a value of type int, got '2.5'"),
+    ("lam=twelve", "lam takes a value of type float, got 'twelve'"),
+    ("log_approximation_bases=[0.0,", "log_approximation_bases takes a value of type tuple"),
     ("no_such_knob=1", "unknown [shockwave] knob 'no_such_knob'"),
     ("nosection.k=1", "unknown configuration section [nosection]"),
 ])
