@@ -6,7 +6,6 @@ benchmarks/bench_ps_locality.py, which prints the same figures.
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 from pathlib import Path
 
@@ -19,10 +18,10 @@ from market.policies.ps_locality import PsJob, PsNode, PsParams, plan_ps_round
 from workloads.ps_step_time import step_time_s
 from workloads.throughputs import ThroughputTable
 
+from tests.bench_modules import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("bench_ps_locality", ROOT / "benchmarks" / "bench_ps_locality.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_benchmark("bench_ps_locality")
 
 #: Model sizes in bytes (the bundled model-size file, through the benchmark).
 RESNET18, RESNET50, TRANSFORMER, LM, RECOMMENDATION = (

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
+import re
 
 import pytest
 
 from replay.simulate import resolve_run
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "benchmarks" / "bench_suite.py")
-bench_suite = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_suite)
+from tests.bench_modules import load_benchmark
+
+bench_suite = load_benchmark("bench_suite")
 
 
 def _parse(argv: list[str]) -> list[str]:
@@ -51,6 +49,6 @@ def test_overrides_reach_each_section():
 def test_bad_overrides_name_what_is_wrong(pair, message):
     spec = resolve_run(None)
     before = spec.config.shockwave
-    with pytest.raises(SystemExit, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(SystemExit, match=re.escape(message)):
         bench_suite.override_config(spec.config, [pair])
     assert spec.config.shockwave == before

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "benchmarks" / "bench_suite.py")
-bench_suite = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_suite)
+from tests.bench_modules import load_benchmark
+
+bench_suite = load_benchmark("bench_suite")
 
 
 def test_the_round_floor_counts_whole_rounds_and_each_start():

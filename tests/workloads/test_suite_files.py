@@ -9,19 +9,16 @@ seeds honest.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from workloads.generate import MODES_IN_MIX_ORDER
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "benchmarks" / "bench_suite.py")
-bench_suite = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_suite)
+from tests.bench_modules import load_benchmark
+
+bench_suite = load_benchmark("bench_suite")
 
 SUITES = sorted(bench_suite.DEFAULT_SUITE.parent.glob("*_suite.toml"))
 ENTRIES = [(path.name, entry) for path in SUITES for entry in tomllib.loads(path.read_text())["trace"]]
