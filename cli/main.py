@@ -33,7 +33,7 @@ def _simulate_parser(sub) -> None:
     p.add_argument("--gpus", type=int, help="number of GPUs (default: from the configuration)")
     p.add_argument("--out", help="folder for results.json and results.png")
     p.add_argument("--seed", type=int, help="random seed (default: from the configuration)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr (a bar on a terminal, otherwise a line per tenth of the jobs done)")
     p.add_argument("--log-level", default="warning", choices=LOG_LEVELS, help="structlog level on stderr (default: warning)")
 
 
@@ -74,6 +74,42 @@ def print_summary(results: dict) -> None:
     Console(file=sys.stdout).print(table)
 
 
+class PlainProgress:
+    """Progress of a replay as plain lines on stderr, for a log file or a pipe (no live bar there).
+
+    Called once per round (``simulate``'s ``on_round``); prints a line when another tenth of the
+    jobs has finished, when the last one has, and otherwise every ``every_s`` seconds of wall time,
+    so that a long replay whose first jobs take an hour to finish still shows that it advances.
+    ``clock`` is the wall clock (seconds), replaceable in tests.
+    """
+
+    def __init__(self, policy: str, *, every_s: float = 60.0, clock=None, stream=None) -> None:
+        import time
+
+        self.policy = policy
+        self.every_s = every_s
+        self.clock = clock or time.monotonic
+        self.stream = stream
+        self.started = self.last = self.clock()
+        self.tenth = 0
+
+    def __call__(self, round_index: int, now: float, done: int, total: int | None) -> None:
+        wall = self.clock()
+        tenth = 10 * done // total if total else 0
+        if tenth <= self.tenth and wall - self.last < self.every_s:
+            return
+        self.tenth, self.last = max(tenth, self.tenth), wall
+        jobs = f"{done}/{total}" if total else str(done)
+        print(f"{self.policy}: round {round_index}, virtual t = {now:,.0f} s, {jobs} jobs done, "
+              f"{wall - self.started:,.0f} s wall", file=self.stream or sys.stderr, flush=True)
+
+    def finish(self, results: dict) -> None:
+        """The closing line (rounds start before jobs end, so the last call saw the last job running)."""
+        print(f"{self.policy}: done, {results['num_jobs']} jobs in {results['num_rounds']} rounds, "
+              f"makespan {results['makespan_s']:,.0f} s, {self.clock() - self.started:,.0f} s wall",
+              file=self.stream or sys.stderr, flush=True)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from actors.kernel.logs import configure_logging
     from market.registry import UnknownPolicyError
@@ -93,7 +129,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     progress = None
     on_round = None
-    if not args.no_progress:
+    if not args.no_progress and not sys.stderr.isatty():
+        on_round = PlainProgress(spec.policy)  # a log file or a pipe: plain lines, no live bar
+    elif not args.no_progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -119,6 +157,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
+    if isinstance(on_round, PlainProgress):
+        on_round.finish(results)
     print_summary(results)
     if args.out:
         out = Path(args.out)

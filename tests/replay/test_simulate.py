@@ -203,3 +203,41 @@ def test_policies_see_the_emulations_restart_charge(tmp_path, monkeypatch):
     spec.config.emulation = dataclasses.replace(spec.config.emulation, restart_overhead_s=7.5)
     simulate(spec)
     assert seen == {7.5}
+
+
+def test_plain_progress_lines_by_tenths_and_wall_clock():
+    """Without a terminal: a line per tenth of the jobs done, else one per ``every_s`` of wall time."""
+    import io
+
+    from cli.main import PlainProgress
+
+    wall = [0.0]
+    out = io.StringIO()
+    progress = PlainProgress("shockwave", every_s=60.0, clock=lambda: wall[0], stream=out)
+    progress(0, 0.0, 0, 100)        # nothing done, no time passed: silent
+    wall[0] = 59.0
+    progress(1, 120.0, 9, 100)      # still in the first tenth, under a minute: silent
+    progress(2, 240.0, 10, 100)     # a tenth done: a line
+    progress(3, 360.0, 12, 100)     # same tenth: silent
+    wall[0] = 119.5
+    progress(4, 480.0, 12, 100)     # a minute since the last line: a line
+    progress(5, 600.0, 35, 100)     # two tenths at once: one line
+    progress(6, 720.0, 36, 100)     # silent
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "shockwave: round 2, virtual t = 240 s, 10/100 jobs done, 59 s wall",
+        "shockwave: round 4, virtual t = 480 s, 12/100 jobs done, 120 s wall",
+        "shockwave: round 5, virtual t = 600 s, 35/100 jobs done, 120 s wall",
+    ]
+    progress.finish({"num_jobs": 100, "num_rounds": 7, "makespan_s": 830.0})
+    assert out.getvalue().splitlines()[-1] == "shockwave: done, 100 jobs in 7 rounds, makespan 830 s, 120 s wall"
+
+
+def test_cli_progress_without_a_terminal_is_plain_lines(tmp_path, capsys):
+    trace, thr = _write_small(tmp_path)
+    assert main(["simulate", "--trace", str(trace), "--throughputs", str(thr), "--gpus", "8",
+                 "--policy", "max_min_fairness"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("max_min_fairness: done, 5 jobs in 4 rounds, makespan 380 s")
+    assert any(" jobs done, " in line for line in err[:-1])  # at least one tenth passed mid-run
+    assert not any("\x1b[" in line for line in err)  # no terminal control codes in a log file
