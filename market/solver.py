@@ -10,9 +10,11 @@ deterministic limit); in live mode a wall-clock time budget is added.
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from typing import Any
 
-__all__ = ["MILP_SOLVERS", "available_milp_solvers", "choose_solver", "solver_options"]
+__all__ = ["MILP_SOLVERS", "available_milp_solvers", "choose_solver", "quiet_highs_banner", "solver_options"]
 
 #: MILP-capable solvers this project supports, in default order of preference.
 MILP_SOLVERS: tuple[str, ...] = ("HIGHS", "SCIP")
@@ -23,6 +25,33 @@ def _installed() -> tuple[str, ...]:
     import cvxpy
 
     return tuple(cvxpy.installed_solvers())
+
+
+@functools.lru_cache(maxsize=1)
+def quiet_highs_banner() -> None:
+    """Use up HiGHS's start-up banner, once per process, before any HiGHS solve.
+
+    HiGHS (1.16) writes two lines ("Running HiGHS ...", "Includes third-party software ...") from
+    C++ to the process's standard output when the process makes its first ``Highs`` object, before
+    any option such as ``output_flag`` can be set, so cvxpy's ``verbose=False`` does not stop them.
+    They would land in ``shockwave simulate``'s summary on stdout and break the JSON lines of a
+    log. Making that first object here, with file descriptor 1 pointed at the null device, spends
+    the banner. Does nothing when highspy is not installed.
+    """
+    try:
+        import highspy
+    except ImportError:
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
 
 
 def available_milp_solvers() -> list[str]:
@@ -51,9 +80,11 @@ def choose_solver(preference: str = "auto") -> str:
     if name == "AUTO":
         if not available:
             raise RuntimeError("no MILP solver installed: install highspy (HiGHS) or pyscipopt (SCIP)")
-        return available[0]
-    if name not in available:
+        name = available[0]
+    elif name not in available:
         raise RuntimeError(f"MILP solver {name} is not installed (installed: {', '.join(available) or 'none'})")
+    if name == "HIGHS":
+        quiet_highs_banner()
     return name
 
 
