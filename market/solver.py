@@ -36,7 +36,9 @@ def quiet_highs_banner() -> None:
     any option such as ``output_flag`` can be set, so cvxpy's ``verbose=False`` does not stop them.
     They would land in ``shockwave simulate``'s summary on stdout and break the JSON lines of a
     log. Making that first object here, with file descriptor 1 pointed at the null device, spends
-    the banner. Does nothing when highspy is not installed.
+    the banner. Does nothing when highspy is not installed. The redirection is process-wide: a
+    line another thread wrote to stdout in that instant (microseconds, once per process) would be
+    lost with the banner.
     """
     try:
         import highspy
