@@ -78,8 +78,8 @@ class PlainProgress:
     """Progress of a replay as plain lines on stderr, for a log file or a pipe (no live bar there).
 
     Called once per round (``simulate``'s ``on_round``); prints a line when another tenth of the
-    jobs has finished, when the last one has, and otherwise every ``every_s`` seconds of wall time,
-    so that a long replay whose first jobs take an hour to finish still shows that it advances.
+    jobs has finished, and otherwise every ``every_s`` seconds of wall time, so that a long replay
+    whose first jobs take an hour to finish still shows that it advances; :meth:`finish` closes.
     ``clock`` is the wall clock (seconds), replaceable in tests.
     """
 

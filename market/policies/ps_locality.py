@@ -186,7 +186,7 @@ def solve_lp(
     """
     import cvxpy as cp
     import scipy.sparse as sp
-    from market.solver import quiet_highs_banner
+    from market.solver import choose_solver
 
     n, H, L = len(job_of), params.horizon_rounds, params.round_duration_s
     cols = np.arange(n)
@@ -203,8 +203,7 @@ def solve_lp(
     problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(cost, z)) + params.penalty * cp.sum(v)), cons)
     # interior point with crossover (a vertex, as simplex gives): about 2x faster than dual simplex
     # at 900 jobs; one thread, fixed seed: the same LP gives the same z
-    quiet_highs_banner()
-    problem.solve(solver="HIGHS", highs_options={"solver": "ipm", "threads": 1, "random_seed": 0})
+    problem.solve(solver=choose_solver("HIGHS"), highs_options={"solver": "ipm", "threads": 1, "random_seed": 0})
     if problem.status != cp.OPTIMAL or z.value is None:
         raise RuntimeError(f"ps_locality LP: HiGHS ended with status {problem.status!r}")
     return np.clip(z.value, 0.0, 1.0), float(problem.value)
