@@ -25,6 +25,11 @@ class ShockwaveConfig:
         second of the largest leftover alike, however far the run is from its end; when several
         long jobs tie at it, lowering it needs rounds for all of them, and late jobs' priorities
         rho^lam outbid it until the long jobs end the run on an emptying cluster.
+    excess_k: weight of each job's leftover beyond the same margin (ours, per second, in the units
+        of a job's P_j U_j, not divided by N F as ``makespan_k`` is): where ``makespan_k`` charges
+        only the largest leftover, so that the long jobs of a large cluster take turns at the top,
+        this charges every job's. It outweighs a round of a job on time (P_j <= 1) and yields to
+        one of a late job (P_j = rho_j^lam). 0 (no such charge) unless chosen.
     work_bound_fraction: theta; ``makespan_k`` charges the leftover beyond theta x the work bound,
         less the window (ours: 0.85 since session 19, chosen on the development suite; 1.0 charges
         only what the work bound proves late). The work bound assumes the other jobs fill the
@@ -40,7 +45,12 @@ class ShockwaveConfig:
     future_rounds: F, window length in rounds.
     reopt_rounds: periodic re-plan interval in rounds (reference: 8).
     log_approximation_bases: break points of the reference's piecewise-linear log (``utility="pwl"``).
-    utility: "log" (true log, default) or "pwl" (the reference's interpolation).
+    utility: "log" (true log), "pwl" (the reference's interpolation) or "alpha_fair" (ours: the
+        alpha-fair utility (u^(1 - alpha) - 1) / (1 - alpha) of Mo and Walrand (IEEE/ACM ToN 2000),
+        log u at alpha = 1; alpha < 1 values a round of a job with little progress less against one
+        more round of a job well on, so the market spreads its rounds over fewer jobs at a time).
+    alpha: the alpha of ``utility = "alpha_fair"`` (> 0; 1 is log, larger is fairer, smaller more
+        utilitarian).
     formulation: "round_count" (default), "time_indexed" or "reference" (the reference's own
         time-indexed model, fallback and rank MILP, laid out so that the solver receives the same
         problem as the reference's: :mod:`market.shockwave.reference_model`; needs the reference's
@@ -136,12 +146,14 @@ class ShockwaveConfig:
 
     k: float = 0.0
     makespan_k: float = 0.03
+    excess_k: float = 0.0
     lam: float = 12.0
     rhomax: float = 1.0
     future_rounds: int = 20
     reopt_rounds: int = 8
     log_approximation_bases: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     utility: str = "log"
+    alpha: float = 1.0
     formulation: str = "round_count"
     solver: str = "auto"
     rel_gap: float = 1e-3
@@ -204,15 +216,18 @@ class ShockwaveConfig:
             raise ValueError(f"priority_floor must be in (0, 1], got {self.priority_floor}")
         if self.reopt_clock not in ("plan", "fixed"):
             raise ValueError(f"reopt_clock must be 'plan' or 'fixed', got {self.reopt_clock!r}")
-        if self.utility not in ("log", "pwl"):
-            raise ValueError(f"utility must be 'log' or 'pwl', got {self.utility!r}")
+        if self.utility not in ("log", "pwl", "alpha_fair"):
+            raise ValueError(f"utility must be 'log', 'pwl' or 'alpha_fair', got {self.utility!r}")
+        if not 0.0 < self.alpha <= 10.0:
+            raise ValueError(f"alpha must be in (0, 10], got {self.alpha}")
         if self.future_rounds < 1 or self.reopt_rounds < 1:
             raise ValueError("future_rounds and reopt_rounds must be >= 1")
-        weights = {"k": self.k, "makespan_k": self.makespan_k, "lam": self.lam, "rhomax": self.rhomax}
+        weights = {"k": self.k, "makespan_k": self.makespan_k, "excess_k": self.excess_k, "lam": self.lam,
+                   "rhomax": self.rhomax}
         if not all(math.isfinite(v) for v in weights.values()):
-            raise ValueError(f"k, makespan_k, lam and rhomax must be finite, got {weights}")
-        if self.k < 0 or self.makespan_k < 0 or self.lam < 0 or self.rhomax <= 0:
-            raise ValueError("k, makespan_k and lam must be >= 0 and rhomax > 0")
+            raise ValueError(f"k, makespan_k, excess_k, lam and rhomax must be finite, got {weights}")
+        if self.k < 0 or self.makespan_k < 0 or self.excess_k < 0 or self.lam < 0 or self.rhomax <= 0:
+            raise ValueError("k, makespan_k, excess_k and lam must be >= 0 and rhomax > 0")
         b = self.log_approximation_bases
         if len(b) < 2 or b[0] != 0.0 or b[-1] != 1.0 or any(x >= y for x, y in zip(b, b[1:])):
             raise ValueError("log_approximation_bases must increase strictly from 0.0 to 1.0")

@@ -99,7 +99,8 @@ class SolverFailure(RuntimeError):
 def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, np.ndarray, LeftoverPenalty, float]:
     """(a, left_ks, charge, scale): maximise scale * (sum a*y - charge(z)) with z >= leftover in ks.
 
-    a = N F-scaled objective units: a[j, n] = P_j (U_j(n) - U_j(0)); charge(z) = b z + e max(0,
+    a = N F-scaled objective units: a[j, n] = P_j (U_j(n) - U_j(0)) - c (x_j(n) - x_j(0)) with
+    x_j(n) = max(0, leftover_j(n) - spare) and c = excess_k * 1000; charge(z) = b z + e max(0,
     z - spare) with b = k * 1000 * N F, e = makespan_k * 1000 * N F and spare the window's spare
     leftover in ks. ``a`` is exact here; the MILP rounds its tiny entries to 0
     (:func:`solve_counts`), which the level search must not see (it can break their concavity
@@ -110,6 +111,9 @@ def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, 
     left_ks = tables.leftover / 1000.0
     b = config.k * 1000.0 * N * F
     e = config.makespan_k * 1000.0 * N * F
+    if config.excess_k > 0:  # each job's leftover beyond spare, charged in a (concave in n: the level search holds)
+        excess = np.maximum(0.0, left_ks - tables.spare_leftover / 1000.0)
+        a = a - config.excess_k * 1000.0 * (excess - excess[:, :1])
     biggest = max(float(np.abs(a).max(initial=0.0)), b + e, 1e-12)
     scale = min(1.0, 1e7 / biggest) if biggest > 1e7 else 1.0
     a = a * scale

@@ -31,12 +31,15 @@ def _objective(tables, config, counts):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 100_000), n=st.integers(2, 60), G=st.sampled_from([8, 16, 32, 64]),
-       fairness=st.booleans(), makespan_k=st.sampled_from([0.0, 0.05]))
-def test_level_search_is_within_the_gap_of_the_exact_optimum(seed, n, G, fairness, makespan_k):
-    config = ShockwaveConfig(future_rounds=20, lam=4.0, makespan_k=makespan_k)
+       fairness=st.booleans(), makespan_k=st.sampled_from([0.0, 0.05]), alpha=st.sampled_from([1.0, 0.6]),
+       excess_k=st.sampled_from([0.0, 1e-4]))
+def test_level_search_is_within_the_gap_of_the_exact_optimum(seed, n, G, fairness, makespan_k, alpha, excess_k):
+    # alpha 1.0 is the log; 0.6 another concave utility (utility = "alpha_fair"); excess_k keeps a_j concave
+    model = dict(future_rounds=20, lam=4.0, makespan_k=makespan_k, utility="alpha_fair", alpha=alpha,
+                 excess_k=excess_k)
+    config = ShockwaveConfig(**model)
     tables = _tables(_jobs(np.random.default_rng(seed), n), G, config)
-    exact_config = ShockwaveConfig(future_rounds=20, lam=4.0, makespan_k=makespan_k, rel_gap=1e-9, node_limit=None,
-                                   level_search=False)
+    exact_config = ShockwaveConfig(**model, rel_gap=1e-9, node_limit=None, level_search=False)
     try:
         exact = solve_counts(tables, num_gpus=G, config=exact_config, with_fairness=fairness)
     except SolverFailure:
