@@ -12,7 +12,10 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   (``Tables.spare_leftover``, theta = ``work_bound_fraction``).
   ``log`` is the true log with log(0) := log(1e-6) (the reference's origin), tabulated for every
   n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
-  ``log_approximation_bases`` instead.
+  ``log_approximation_bases`` instead, and ``utility="alpha_fair"`` (ours, opt-in) the alpha-fair
+  utility (u^(1 - alpha) - 1) / (1 - alpha) (Mo and Walrand, IEEE/ACM ToN 2000; the log at
+  alpha = 1). ``excess_k`` (ours, opt-in) also charges each job's own leftover beyond spare,
+  excess_k max(0, leftover_j - spare) in the units of P_j U_j (:func:`milp._coefficients`).
 - P_j is the fallback priority of §4.7: rho_j^lam when the projected ratio
   rho_j = (now + T_j - a_j) / (FTobj_j - a_j) exceeds rhomax (rho_j^100 when also R_j < L),
   else 1 in the reference; ours, max(rho_j / rhomax, ``priority_floor``)^lam (0.8), so that among
