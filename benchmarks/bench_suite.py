@@ -316,9 +316,10 @@ def targets(cells: list[dict], policy: str = "shockwave") -> str:
 def summary(paths: list[str], policy: str = "shockwave") -> str:
     """Markdown: one row per saved ``--out`` file (a run of the suite with its ``--set`` overrides):
     how many of item 5's targets ``policy`` meets, and the geometric means over the traces of its
-    ratios to max-min fairness (makespan, average JCT, worst rho, unfair fraction, mean rho). The
-    max-min cells may come from any of the files. Rows: most targets met first, then the smallest
-    product of the five means (how the defaults were chosen). A cell with no unfair job, where
+    ratios to max-min fairness (makespan, average JCT, worst rho, unfair fraction, mean rho), and
+    their product in per cent, from the unrounded means. The max-min cells may come from any of
+    the files. Rows: most targets met first, then the smallest product of the five means (how the
+    defaults were chosen). A cell with no unfair job, where
     max-min fairness has some, enters the unfair fraction's mean as half a job (0.5 / jobs of the
     trace, from the files' ``loads``), so that the ratio stays finite; until session 17 such a cell
     entered as the ratio 1, as if it were as unfair as max-min fairness."""
@@ -351,10 +352,11 @@ def summary(paths: list[str], policy: str = "shockwave") -> str:
         means = {k: math.exp(v / len(cells)) for k, v in logs.items()}
         label = " ".join(f"`{o}`" for o in d.get("overrides") or []) or "defaults"
         rows.append((-met, sum(logs.values()), label, met, total, len(cells), means))
-    lines = ["| setting | traces | targets met | makespan | avg JCT | worst ρ | unfair | mean ρ |",
-             "|---|---|---|---|---|---|---|---|"]
-    for _, _, label, met, total, n, means in sorted(rows):
-        lines.append(f"| {label} | {n} | {met}/{total} | " + " | ".join(f"{means[k]:.3f}" for k in keys) + " |")
+    lines = ["| setting | traces | targets met | makespan | avg JCT | worst ρ | unfair | mean ρ | product |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for _, logsum, label, met, total, n, means in sorted(rows):
+        lines.append(f"| {label} | {n} | {met}/{total} | " + " | ".join(f"{means[k]:.3f}" for k in keys)
+                     + f" | {100.0 * math.exp(logsum / n):.4f} % |")
     return "\n".join(lines)
 
 

@@ -52,6 +52,24 @@ def test_the_summary_counts_no_unfair_job_as_half_a_job(tmp_path):
     assert row[2] == "4/4"
     # makespan 0.8, average JCT 1, worst rho 0.5, unfair (0.5 / 100) / 0.2 = 0.025, mean rho 1
     assert [float(v.strip(' |')) for v in row[3:8]] == [0.8, 1.0, 0.5, 0.025, 1.0]
+    assert row[8].strip(" |") == "1.0000 %"  # the product of the five, the rule's tie-break
+
+
+def test_the_summary_ranks_by_targets_then_by_the_product(tmp_path):
+    # three settings on one trace: a with a target missed, b and c meeting all, c's product smaller
+    def run(name, makespan, jct):
+        path = tmp_path / f"{name}.json"
+        cells = [{"trace": "t", "policy": "shockwave", "makespan_s": makespan, "avg_jct_s": jct,
+                  "worst_rho": 1.0, "unfair_fraction_1_05": 0.1, "mean_rho": 0.5},
+                 {"trace": "t", "policy": "max_min_fairness", "makespan_s": 100.0, "avg_jct_s": 100.0,
+                  "worst_rho": 2.0, "unfair_fraction_1_05": 0.2, "mean_rho": 1.0}]
+        path.write_text(json.dumps({"overrides": [name], "loads": {"t": [100, 2.0]}, "cells": cells}))
+        return str(path)
+
+    rows = bench_suite.summary([run("a", 70.0, 101.0), run("b", 80.0, 90.0), run("c", 84.0, 80.0)]).splitlines()[2:]
+    assert [r.split(" | ")[0].strip("| `") for r in rows] == ["c", "b", "a"]
+    # c: 0.84 x 0.8 x 0.5 x 0.5 x 0.5 = 0.084
+    assert rows[0].split(" | ")[8].strip(" |") == "8.4000 %"
 
 
 def test_the_makespan_parts_count_idle_gpus_and_width_weighted_starts():
