@@ -16,8 +16,8 @@ JOBS = [plan_input(0, 1, 100, 5, 9_500.0, 100.0, 1e7), plan_input(1, 1, 10, 6, 4
 BASE = dict(future_rounds=1, makespan_k=0.0, k=0.0, priority_floor=1.0)
 
 
-def _tables(config: ShockwaveConfig, jobs=JOBS, G: int = 1, L: float = 200.0):
-    return tabulate(jobs, num_gpus=G, now_s=0.0, round_duration_s=L, config=config)
+def _tables(config: ShockwaveConfig):
+    return tabulate(JOBS, num_gpus=1, now_s=0.0, round_duration_s=200.0, config=config)
 
 
 def test_alpha_fair_at_alpha_one_is_the_log():
