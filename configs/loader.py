@@ -46,14 +46,21 @@ BUNDLED = resources.files("configs")
 DEFAULT_CONFIG = "paper_32gpus.toml"
 
 
+#: bounds of ``[simulation]``'s numbers (also of the command line's ``--gpus`` and ``--seed``); the
+#: seed also seeds the solver, and HiGHS takes seeds up to 2^31 - 1
+NUM_GPUS_MAX = 100_000
+SEED_MAX = 2**31 - 1
+
+
 class SimulationSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``[simulation]``: what to replay and on how many GPUs."""
+    """``[simulation]``: what to replay and on how many GPUs (``num_gpus`` in [1, 100000]; ``seed``
+    in [0, 2^31 - 1], HiGHS's range, since it also seeds the solver)."""
 
     trace: str = "data/120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace"
     throughputs: str = "data/tacc_throughputs.json"
-    num_gpus: int = 32
+    num_gpus: typing.Annotated[int, msgspec.Meta(ge=1, le=NUM_GPUS_MAX)] = 32
     policy: str = "max_min_fairness"
-    seed: int = 0
+    seed: typing.Annotated[int, msgspec.Meta(ge=0, le=SEED_MAX)] = 0
 
 
 def _section_struct(name: str, cls: type) -> type[msgspec.Struct]:
@@ -208,7 +215,7 @@ def _jsonable(value: Any) -> Any:
 def _line_of(text: str, key: str | None) -> int | None:
     if not key:
         return None
-    pattern = re.compile(rf"^\s*(\[{re.escape(key)}\]|{re.escape(key)}\s*=)", re.M)
+    pattern = re.compile(rf"^[ \t]*(\[{re.escape(key)}\]|{re.escape(key)}[ \t]*=)", re.M)
     m = pattern.search(text)
     return text.count("\n", 0, m.start()) + 1 if m else None
 
@@ -228,6 +235,25 @@ def _validation_error(source: str, text: str, exc: msgspec.ValidationError) -> I
         key = field.split(".")[-1]
     detail = message.split(" - at ")[0]
     return InputError(source, detail, line=_line_of(text, key), field=field)
+
+
+def _section_error(source: str, text: str, section: str, cls: type, exc: Exception) -> InputError:
+    """A knob object's refusal as an :class:`InputError`: where the message starts with one of the
+    section's keys followed by "must be" (``"excess_k must be in [0, 1e+06], got ..."``, also after
+    ``"[live] "`` or ``"PsParams."``), that key's line and ``section.key``;
+    else the section's header line."""
+    message = str(exc)
+    first = re.match(r"(?:\[\w+\] |\w+\.)?(\w+) must be", message)
+    key = first.group(1) if first and first.group(1) in {f.name for f in dataclasses.fields(cls)} else None
+    header = re.search(rf"^[ \t]*\[{re.escape(section)}\]", text, re.M)
+    if key and header:
+        following = re.search(r"^[ \t]*\[", text[header.end():], re.M)
+        end = header.end() + following.start() if following else len(text)
+        line = _line_of(text[header.end():end], key)
+        if line is not None:
+            line += text.count("\n", 0, header.end())
+            return InputError(source, message, line=line, field=f"{section}.{key}")
+    return InputError(source, message, line=_line_of(text, section), field=section)
 
 
 def config_keys() -> dict[str, frozenset[str]]:
@@ -299,7 +325,7 @@ def load_config(
         try:
             sections[section] = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
         except (TypeError, ValueError) as exc:
-            raise InputError(source, str(exc), line=_line_of(text, section), field=section) from None
+            raise _section_error(source, text, section, cls, exc) from None
     return RunConfig(
         source=source,
         simulation=parsed.simulation,

@@ -32,3 +32,18 @@ class InputError(ValueError):
 
 def _rebuild(source: str, message: str, line: int | None, field: str | None) -> InputError:
     return InputError(source, message, line=line, field=field)
+
+
+def check_range(name: str, value: float, low: float, high: float, *, low_open: bool = False,
+                owner: str = "") -> None:
+    """Refuse a knob outside its bounds: ``ValueError("{owner} {name} must be in [low, high], got
+    value")``, the form :mod:`configs.loader` traces to the key's line.
+
+    ``low_open`` excludes ``low``. NaN is refused; ``inf`` only where ``high`` is ``inf``.
+    ``owner`` (e.g. ``"[live]"``) prefixes the message of a section whose knobs share names.
+    """
+    above = value > low if low_open else value >= low
+    if not (above and value <= high):
+        span = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        prefix = f"{owner} " if owner else ""
+        raise ValueError(f"{prefix}{name} must be in {span}, got {value}")
