@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from workloads.errors import check_range
 
 
 LOG_ORIGIN = 1e-6  # log(0) := log(1e-6), the reference's logapx_origin
 NEAR_DONE_POWER = 100.0  # exponent for nearly finished late jobs (reference priority_M)
+WEIGHT_MAX = 1e6  # bound of k, makespan_k and excess_k: 10x the reference's largest k (scale_256gpus.json)
+LAM_MAX = NEAR_DONE_POWER  # bound of lam: the reference's own largest exponent
+FUTURE_ROUNDS_MAX = 1000  # bound of F: the tables and the time-indexed model grow with jobs x F
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,13 @@ class ShockwaveConfig:
         cost (``JobView.restart_overhead_s``: the emulation's charge in simulation, the worker's
         measured start-up and shutdown live) added to its remaining time. False: the reference,
         which plans as if restarts were free.
+
+    Bounds (``ValueError`` naming the knob): ``k``, ``makespan_k`` and ``excess_k`` in [0, 1e6]
+    (``WEIGHT_MAX``), ``lam`` in [0, 100], ``rhomax`` in (0, 100], ``preempt_margin`` in [0, 1000],
+    ``future_rounds`` in [1, 1000], ``reopt_rounds`` in [1, 1e6], ``rel_gap`` in [0, 0.5],
+    ``node_limit`` in [1, 1e9], ``time_limit_s`` in (0, 3600], ``threads`` in [1, 1024], ``seed`` in
+    [0, 2^31 - 1] (HiGHS's); ``formulation = "reference"`` needs
+    ``makespan_k = excess_k = 0``, which its model has no place for.
     """
 
     k: float = 0.0
@@ -196,8 +207,6 @@ class ShockwaveConfig:
             )
         if self.fairness not in ("window", "projected", "reference"):
             raise ValueError(f"fairness must be 'window', 'projected' or 'reference', got {self.fairness!r}")
-        if self.preempt_margin < 0:
-            raise ValueError(f"preempt_margin must be >= 0, got {self.preempt_margin}")
         if self.packing not in ("contiguous", "urgency", "rank"):
             raise ValueError(f"packing must be 'contiguous', 'urgency' or 'rank', got {self.packing!r}")
         if self.window_clock not in ("time", "rounds"):
@@ -210,27 +219,37 @@ class ShockwaveConfig:
             raise ValueError(f"unpackable must be 'trim' or 'time_indexed', got {self.unpackable!r}")
         if self.contiguous_shortfall not in ("repack", "drop"):
             raise ValueError(f"contiguous_shortfall must be 'repack' or 'drop', got {self.contiguous_shortfall!r}")
-        if not 0.0 < self.work_bound_fraction <= 1.0:
-            raise ValueError(f"work_bound_fraction must be in (0, 1], got {self.work_bound_fraction}")
-        if not 0.0 < self.priority_floor <= 1.0:
-            raise ValueError(f"priority_floor must be in (0, 1], got {self.priority_floor}")
+        check_range("work_bound_fraction", self.work_bound_fraction, 0.0, 1.0, low_open=True)
+        check_range("priority_floor", self.priority_floor, 0.0, 1.0, low_open=True)
         if self.reopt_clock not in ("plan", "fixed"):
             raise ValueError(f"reopt_clock must be 'plan' or 'fixed', got {self.reopt_clock!r}")
         if self.utility not in ("log", "pwl", "alpha_fair"):
             raise ValueError(f"utility must be 'log', 'pwl' or 'alpha_fair', got {self.utility!r}")
-        if not 0.0 < self.alpha <= 10.0:
-            raise ValueError(f"alpha must be in (0, 10], got {self.alpha}")
-        if self.future_rounds < 1 or self.reopt_rounds < 1:
-            raise ValueError("future_rounds and reopt_rounds must be >= 1")
-        weights = {"k": self.k, "makespan_k": self.makespan_k, "excess_k": self.excess_k, "lam": self.lam,
-                   "rhomax": self.rhomax}
-        if not all(math.isfinite(v) for v in weights.values()):
-            raise ValueError(f"k, makespan_k, excess_k, lam and rhomax must be finite, got {weights}")
-        if self.k < 0 or self.makespan_k < 0 or self.excess_k < 0 or self.lam < 0 or self.rhomax <= 0:
-            raise ValueError("k, makespan_k, excess_k and lam must be >= 0 and rhomax > 0")
+        check_range("alpha", self.alpha, 0.0, 10.0, low_open=True)
+        check_range("future_rounds", self.future_rounds, 1, FUTURE_ROUNDS_MAX)
+        # larger weights overflow the market's coefficients to NaN on long leftovers (1e307 did)
+        for name, top in (("k", WEIGHT_MAX), ("makespan_k", WEIGHT_MAX), ("excess_k", WEIGHT_MAX), ("lam", LAM_MAX)):
+            check_range(name, getattr(self, name), 0.0, top)
+        check_range("rhomax", self.rhomax, 0.0, 100.0, low_open=True)
+        check_range("preempt_margin", self.preempt_margin, 0.0, 1000.0)
+        check_range("reopt_rounds", self.reopt_rounds, 1, 1_000_000)
+        check_range("seed", self.seed, 0, 2**31 - 1)  # HiGHS's random_seed
+        if self.formulation == "reference" and (self.makespan_k, self.excess_k) != (0.0, 0.0):
+            raise ValueError(
+                "formulation 'reference' has no work-bound charges: makespan_k and excess_k must be 0, got "
+                f"{self.makespan_k} and {self.excess_k}"
+            )
+        check_range("rel_gap", self.rel_gap, 0.0, 0.5)
+        if self.node_limit is not None:
+            check_range("node_limit", self.node_limit, 1, 10**9)
+        if self.time_limit_s is not None:
+            check_range("time_limit_s", self.time_limit_s, 0.0, 3600.0, low_open=True)
+        check_range("threads", self.threads, 1, 1024)
+        if not self.priority_cap > 0:
+            raise ValueError(f"priority_cap must be > 0 (inf: uncapped), got {self.priority_cap}")
         b = self.log_approximation_bases
-        if len(b) < 2 or b[0] != 0.0 or b[-1] != 1.0 or any(x >= y for x, y in zip(b, b[1:])):
-            raise ValueError("log_approximation_bases must increase strictly from 0.0 to 1.0")
+        if not 2 <= len(b) <= 101 or b[0] != 0.0 or b[-1] != 1.0 or any(not x < y for x, y in zip(b, b[1:])):
+            raise ValueError("log_approximation_bases must increase strictly from 0.0 to 1.0, in 2 to 101 points")
 
     @classmethod
     def from_reference(cls, cfg: Mapping[str, Any], **overrides: Any) -> "ShockwaveConfig":
