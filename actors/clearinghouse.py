@@ -60,6 +60,7 @@ from actors.kernel.messages import (
     SubmitJob,
 )
 from actors.records import TERMINAL, JobRecord, LeaseInfo
+from actors.rounds_config import ClearinghouseConfig
 from market.base import ElasticRoundPolicy, JobView, RoundContext, RoundPolicy
 from market.placement import place_gang_jobs
 from market.reasons import JobReason, explain_round
@@ -87,17 +88,6 @@ class RoundRecord:
     placement: dict[int, tuple[int, ...]] = field(default_factory=dict)
     #: job id -> why it did or did not run (:func:`market.reasons.explain_round`), every active job
     reasons: dict[int, JobReason] = field(default_factory=dict)
-
-
-@dataclass
-class ClearinghouseConfig:
-    """Knobs of the round mechanism (reference values as defaults)."""
-
-    round_duration_s: float = 120.0
-    completion_cap_factor: float | None = 1.5
-    round_mode: str = "event"  # "event" (simulation) | "timer" (live)
-    max_failures: int = 5
-    complete_on_overshoot: bool = False
 
 
 class NoJobCanRun(RuntimeError):

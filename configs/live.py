@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from workloads.errors import check_range
+
 TOKEN_ENV = "SHOCKWAVE_TOKEN"
 CLUSTER_TOKEN_ENV = "SHOCKWAVE_CLUSTER_TOKEN"
 
@@ -32,6 +34,11 @@ class LiveConfig:
     closed; at most ``max_connections`` sockets are open, the oldest idle one is evicted for a
     newcomer. ``idle_timeout_s`` must exceed ``heartbeat_timeout_s`` (a worker's heartbeats
     keep its socket busy).
+
+    Bounds (``ValueError`` naming the knob): heartbeat and reconnect intervals in (0, 3600] s,
+    ``lease_grace_s`` in [0, 3600] s, ``idle_timeout_s`` at most 86400 s, ``max_body_bytes`` in
+    [1 KiB, 1 GiB], ``dedupe_window`` and ``outbox_limit`` in [1, 1e7], ``expected_gpus`` in
+    [0, 1e6], and the limits below.
     """
 
     host: str = "127.0.0.1"
@@ -68,14 +75,17 @@ class LiveConfig:
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "heartbeat_timeout_s", "reconnect_initial_s", "reconnect_max_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"[live] {name} must be > 0, got {getattr(self, name)}")
+            check_range(name, getattr(self, name), 0.0, 3600.0, low_open=True, owner="[live]")
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise ValueError("[live] heartbeat_timeout_s must exceed heartbeat_interval_s")
         if not 0 <= self.policy_deadline_s <= 86_400:
             raise ValueError(f"[live] policy_deadline_s must be in 0..86400 (0: one round), got {self.policy_deadline_s}")
-        if self.lease_grace_s < 0 or self.max_body_bytes < 1024 or self.dedupe_window < 1:
-            raise ValueError("[live] lease_grace_s >= 0, max_body_bytes >= 1024 and dedupe_window >= 1 are required")
+        check_range("lease_grace_s", self.lease_grace_s, 0.0, 3600.0, owner="[live]")
+        check_range("max_body_bytes", self.max_body_bytes, 1024, 1 << 30, owner="[live]")
+        for name in ("dedupe_window", "outbox_limit"):
+            check_range(name, getattr(self, name), 1, 10_000_000, owner="[live]")
+        check_range("expected_gpus", self.expected_gpus, 0, 1_000_000, owner="[live]")
+        check_range("idle_timeout_s", self.idle_timeout_s, 0.0, 86_400.0, owner="[live]")
         if not self.idle_timeout_s > self.heartbeat_timeout_s:
             raise ValueError(f"[live] idle_timeout_s must exceed heartbeat_timeout_s ({self.heartbeat_timeout_s}), "
                              f"got {self.idle_timeout_s}")

@@ -33,6 +33,7 @@ import msgspec
 from gpu_runtime.backend import LeaseOutcome, LeaseRequest, ReportFn
 from sim_clock import get_clock
 from workloads.adaptation import accordion_request, current_epoch, gns_request, requested_batch_size
+from workloads.errors import check_range
 
 __all__ = ["EmulatedBackend", "EmulationConfig", "adaptation_request", "run_lease"]
 
@@ -41,12 +42,16 @@ __all__ = ["EmulatedBackend", "EmulationConfig", "adaptation_request", "run_leas
 class EmulationConfig:
     """Knobs of the emulated back end (reference values).
 
-    ``restart_overhead_s`` is also the restart cost the policies see for a job until a real back
+    Both are seconds in [0, 86400]. ``restart_overhead_s`` is also the restart cost the policies see for a job until a real back
     end measured one (``JobView.restart_overhead_s``).
     """
 
     restart_overhead_s: float = 20.0
     restart_overhead_slack_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("restart_overhead_s", "restart_overhead_slack_s"):
+            check_range(name, getattr(self, name), 0.0, 86_400.0)
 
 
 def adaptation_request(lease: LeaseRequest) -> int | None:

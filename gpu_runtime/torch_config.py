@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workloads.errors import check_range
+
 #: the training module each rank runs (see :mod:`gpu_runtime.torch_runtime.train`)
 TRAIN_MODULE = "gpu_runtime.torch_runtime.train"
 
@@ -40,6 +42,11 @@ class TorchBackendConfig:
         linger_s: seconds a process outlives its lease waiting for an extension.
         report_lead_s: the report is sent this long before the lease's end (extension mode).
         checkpoint_margin_s: without extension, the trainer stops this long before the end.
+
+    Bounds (``ValueError`` naming the knob): ``grace_s``, ``linger_s``, ``report_lead_s`` and
+    ``checkpoint_margin_s`` in [0, 3600] s; ``poll_interval_s`` and ``report_interval_s`` in
+    (0, 3600] s; ``join_timeout_s`` and ``startup_timeout_s`` in (0, 86400] s;
+    ``threads_per_rank`` in [1, 1024].
     """
 
     checkpoint_root: str = "shockwave_checkpoints"
@@ -64,13 +71,12 @@ class TorchBackendConfig:
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"[torch] device must be 'cpu' or 'cuda', got {self.device!r}")
-        if not 0 < self.master_port_min <= self.master_port_max <= 65535:
-            raise ValueError("[torch] needs 0 < master_port_min <= master_port_max <= 65535")
+        check_range("master_port_min", self.master_port_min, 1, 65535, owner="[torch]")
+        check_range("master_port_max", self.master_port_max, self.master_port_min, 65535, owner="[torch]")
         for name in ("grace_s", "linger_s", "report_lead_s", "checkpoint_margin_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"[torch] {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("poll_interval_s", "join_timeout_s", "startup_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"[torch] {name} must be > 0, got {getattr(self, name)}")
-        if self.threads_per_rank < 1:
-            raise ValueError(f"[torch] threads_per_rank must be >= 1, got {self.threads_per_rank}")
+            check_range(name, getattr(self, name), 0.0, 3600.0, owner="[torch]")
+        for name in ("poll_interval_s", "report_interval_s"):
+            check_range(name, getattr(self, name), 0.0, 3600.0, low_open=True, owner="[torch]")
+        for name in ("join_timeout_s", "startup_timeout_s"):
+            check_range(name, getattr(self, name), 0.0, 86_400.0, low_open=True, owner="[torch]")
+        check_range("threads_per_rank", self.threads_per_rank, 1, 1024, owner="[torch]")

@@ -48,8 +48,8 @@ class ElasticConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.restart_overhead_s <= 86400:
             raise ValueError(f"restart_overhead_s must be in [0, 86400] s, got {self.restart_overhead_s}")
-        if not self.gpu_counts or any(n < 1 for n in self.gpu_counts):
-            raise ValueError(f"gpu_counts must be positive GPU counts, got {self.gpu_counts}")
+        if not self.gpu_counts or any(not 1 <= n <= 100_000 for n in self.gpu_counts):
+            raise ValueError(f"gpu_counts must be GPU counts in [1, 100000], got {self.gpu_counts}")
 
 
 class ElasticAllocationError(PlacementError):

@@ -36,15 +36,22 @@ import time
 from dataclasses import dataclass, field
 
 from market.base import AllocationPolicy, RoundContext
+from workloads.errors import check_range
 
 
 @dataclass
 class GavelConfig:
-    """Knobs of the Gavel mechanism; defaults are the reference's values."""
+    """Knobs of the Gavel mechanism; defaults are the reference's values.
+
+    ``reset_interval_s``: the least time between two allocation resets, seconds in [0, 1e7].
+    """
 
     reset_interval_s: float = 1000.0
     reallocate_on_batch_size_change: bool = False
     idle_unallocated_jobs: bool = True
+
+    def __post_init__(self) -> None:
+        check_range("reset_interval_s", self.reset_interval_s, 0.0, 1e7)
 
 
 @dataclass

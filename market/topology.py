@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from market.placement import PlacementError
+from workloads.errors import check_range
 
 __all__ = [
     "ClusterConfig", "GangRequest", "Node", "NodePlacement", "Topology", "capacity_violations", "place_on_nodes",
@@ -38,6 +39,9 @@ class ClusterConfig:
     ring_latency_s: per-hop latency α of a ring, s (5e-6).
     model_sizes: the model-size file (bytes per model, :mod:`workloads.model_sizes`), resolved like
         the ``[simulation]`` paths.
+
+    Bounds (``ValueError`` naming the knob): ``gpus_per_node`` in [1, 1024], ``cpus_per_node`` in
+    [0, 1e5], both bandwidths in (0, 1e5], ``ring_latency_s`` in [0, 1].
     """
 
     gpus_per_node: int = 4
@@ -48,14 +52,11 @@ class ClusterConfig:
     model_sizes: str = "data/model_sizes.json"
 
     def __post_init__(self) -> None:
-        if self.gpus_per_node < 1:
-            raise ValueError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
-        if self.cpus_per_node < 0:
-            raise ValueError(f"cpus_per_node must be >= 0, got {self.cpus_per_node}")
-        if not (self.nic_gbps > 0 and self.local_gbytes_s > 0):
-            raise ValueError("nic_gbps and local_gbytes_s must be positive")
-        if not 0 <= self.ring_latency_s < 1:
-            raise ValueError(f"ring_latency_s must be in [0, 1) s, got {self.ring_latency_s}")
+        check_range("gpus_per_node", self.gpus_per_node, 1, 1024)
+        check_range("cpus_per_node", self.cpus_per_node, 0, 100_000)
+        check_range("nic_gbps", self.nic_gbps, 0.0, 1e5, low_open=True)
+        check_range("local_gbytes_s", self.local_gbytes_s, 0.0, 1e5, low_open=True)
+        check_range("ring_latency_s", self.ring_latency_s, 0.0, 1.0)
 
     @property
     def nic_bytes_s(self) -> float:

@@ -27,6 +27,7 @@ import msgspec
 import numpy as np
 
 from predictor.state import decode_state, encode_state, restore_record
+from workloads.errors import check_range
 from predictor.posterior import (
     calibration_factor,
     calibration_factor_rounds,
@@ -92,14 +93,14 @@ class PredictorConfig:
     """Predictor knobs.
 
     momentum: weight of the time-weighted average in the target (reference: 0.9, §4.5).
-    calibration_threshold: relative sample-count gap that triggers calibration (reference: 0.4).
+    calibration_threshold: relative sample-count gap that triggers calibration (reference 0.4; [0, 100]).
     calibration_clock: "run" (ours: measured samples over the seconds the job ran, against the
         profile over as many seconds; the profile again when they agree) or "rounds" (the
         reference's arithmetic, :func:`~predictor.posterior.calibration_factor_rounds`: waits and
         the rounds before the job arrived count as run time, and a calibration stays in force).
     observations: "profile" (reference: observed epochs read from the profile's schedule) or
         "observed" (from reported batch sizes); jobs without a profile always use "observed".
-    unknown_epoch_s: epoch duration assumed for a job with no profile and no throughput at all.
+    unknown_epoch_s: epoch duration (s, in (0, 604800]) assumed for a job with no profile or throughput.
     contention: the N of the fair share s = min(1, G / N) in each fair-share finish-time estimate
         (§4.5): "active" (the reference: jobs active now), "peak" (ours: the most jobs active at
         once since the job arrived) or "submitted" (every job submitted so far, finished ones
@@ -133,16 +134,14 @@ class PredictorConfig:
     profile_rounding: str = "whole_seconds"
 
     def __post_init__(self) -> None:
-        if self.profile_rounding not in ("none", "whole_seconds"):
-            raise ValueError(f"profile_rounding must be 'none' or 'whole_seconds', got {self.profile_rounding!r}")
-        if self.contention not in ("active", "peak", "submitted"):
-            raise ValueError(f"contention must be 'active', 'peak' or 'submitted', got {self.contention!r}")
-        if self.observations not in ("profile", "observed"):
-            raise ValueError(f"observations must be 'profile' or 'observed', got {self.observations!r}")
-        if self.calibration_clock not in ("run", "rounds"):
-            raise ValueError(f"calibration_clock must be 'run' or 'rounds', got {self.calibration_clock!r}")
-        if not 0.0 <= self.momentum <= 1.0:
-            raise ValueError(f"momentum must be in [0, 1], got {self.momentum}")
+        choices = (("profile_rounding", ("none", "whole_seconds")), ("contention", ("active", "peak", "submitted")),
+                   ("observations", ("profile", "observed")), ("calibration_clock", ("run", "rounds")))
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {getattr(self, name)!r}")
+        check_range("momentum", self.momentum, 0.0, 1.0)
+        check_range("calibration_threshold", self.calibration_threshold, 0.0, 100.0)
+        check_range("unknown_epoch_s", self.unknown_epoch_s, 0.0, 604_800.0, low_open=True)
 
 
 @dataclass(slots=True)

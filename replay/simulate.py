@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from configs.loader import RunConfig, load_config
+from configs.loader import NUM_GPUS_MAX, SEED_MAX, RunConfig, load_config
 from workloads.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,8 +64,10 @@ def resolve_run(
         policy=policy or sim.policy,
         seed=seed if seed is not None else sim.seed,
     )
-    if spec.num_gpus < 1:
-        raise InputError("--gpus", f"the cluster needs at least one GPU, got {spec.num_gpus}", field="num_gpus")
+    if not 1 <= spec.num_gpus <= NUM_GPUS_MAX:
+        raise InputError("--gpus", f"the cluster needs 1 to {NUM_GPUS_MAX} GPUs, got {spec.num_gpus}", field="num_gpus")
+    if not 0 <= spec.seed <= SEED_MAX:
+        raise InputError("--seed", f"the seed must be in [0, {SEED_MAX}], got {spec.seed}", field="seed")
     check_policy_name(spec.policy)
     for label, path in (("trace", spec.trace), ("throughputs", spec.throughputs)):
         if not path.is_file():

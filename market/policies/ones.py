@@ -35,6 +35,7 @@ import numpy as np
 
 from market.base import ElasticRoundPolicy, RoundContext
 from workloads.adaptation import rescale_for_batch_size_change
+from workloads.errors import check_range
 
 __all__ = ["OnesConfig", "OnesPolicy"]
 
@@ -44,7 +45,11 @@ Individual = dict[int, Gene]
 
 @dataclass(frozen=True)
 class OnesConfig:
-    """``[ones]`` knobs (docs/seed_systems.md §3, all [R])."""
+    """``[ones]`` knobs (docs/seed_systems.md §3, all [R]).
+
+    Bounds (``ValueError`` naming the knob): ``population`` in [2, 10000], ``elitism`` below it,
+    ``tournament`` in [1, population], ``generations`` in [0, 10000], ``mutation`` in [0, 1].
+    """
 
     population: int = 32
     elitism: int = 4
@@ -53,10 +58,11 @@ class OnesConfig:
     generations: int = 20
 
     def __post_init__(self) -> None:
-        if self.population < 2 or not 0 <= self.elitism < self.population:
-            raise ValueError("population must be >= 2 and 0 <= elitism < population")
-        if self.tournament < 1 or self.generations < 0 or not 0.0 <= self.mutation <= 1.0:
-            raise ValueError("tournament >= 1, generations >= 0 and mutation in [0, 1] are required")
+        check_range("population", self.population, 2, 10_000)
+        check_range("elitism", self.elitism, 0, self.population - 1)
+        check_range("tournament", self.tournament, 1, self.population)
+        check_range("generations", self.generations, 0, 10_000)
+        check_range("mutation", self.mutation, 0.0, 1.0)
 
 
 class OnesPolicy(ElasticRoundPolicy):

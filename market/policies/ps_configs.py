@@ -145,10 +145,10 @@ class PsParams:
 
     Attributes:
         horizon_rounds: H, rounds in the rolling horizon of the LP (>= 1).
-        gamma: the rounding divisor: configuration k is drawn with probability z*_k / gamma (>= 1).
+        gamma: the rounding divisor: configuration k is drawn with probability z*_k / gamma (in [1, 1000]).
         draws: R, roundings drawn; the one with the best surrogate objective is kept (>= 1).
         worker_cpus: c_w, cores per worker; ps_cpus: c_p, cores per PS (>= 0 each).
-        round_duration_s: L, seconds per round (> 0).
+        round_duration_s: L, seconds per round (in (0, 86400]); penalty_s at most 1e12.
         penalty_s: M, seconds charged per unit of a job's work left after the horizon; None gives
             ``2 * (H + 1) * L`` (any M > H * L makes the LP prefer doing work to leaving it).
         nic_gbps: inter-machine bandwidth beta_ext in Gbit/s; local_gbytes_s: intra-machine
@@ -181,13 +181,14 @@ class PsParams:
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not lo <= value <= hi:
                 raise bad(name, f"an integer in [{lo}, {hi}]")
-        for name, lo, strict in (("gamma", 1.0, False), ("round_duration_s", 0.0, True), ("penalty_s", 0.0, True)):
+        for name, lo, strict, hi in (("gamma", 1.0, False, 1000.0), ("round_duration_s", 0.0, True, 86_400.0),
+                                     ("penalty_s", 0.0, True, 1e12)):
             value = getattr(self, name)
             if value is None and name == "penalty_s":
                 continue
             if not isinstance(value, (int, float, np.number)) or isinstance(value, bool) or not math.isfinite(value) \
-                    or value < lo or (strict and value == lo):
-                raise bad(name, f"a finite number {'>' if strict else '>='} {lo:g}")
+                    or value < lo or (strict and value == lo) or value > hi:
+                raise bad(name, f"a number {'>' if strict else '>='} {lo:g} and <= {hi:g}")
         for name in ("locality_aware", "elastic"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "true or false")

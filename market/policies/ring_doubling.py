@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from market.base import ElasticRoundPolicy, RoundContext
+from workloads.errors import check_range
 
 __all__ = ["RingDoublingConfig", "RingDoublingPolicy", "double_counts", "exhaustive_counts"]
 
@@ -45,19 +46,17 @@ class RingDoublingConfig:
     """``[ring_doubling]`` knobs (docs/seed_systems.md §2.3).
 
     resize_interval_s: seconds between full passes (600 [R], the patent's 10-minute example;
-        3600 is its other example).
+        3600 is its other example), in [0, 1e7].
     hysteresis: h; a running job's count changes only when that moves its predicted remaining
-        time by at least h × its restart cost (2 [R]).
+        time by at least h × its restart cost (2 [R]), in [0, 1000].
     """
 
     resize_interval_s: float = 600.0
     hysteresis: float = 2.0
 
     def __post_init__(self) -> None:
-        if not self.resize_interval_s >= 0:
-            raise ValueError(f"resize_interval_s must be >= 0, got {self.resize_interval_s}")
-        if not self.hysteresis >= 0:
-            raise ValueError(f"hysteresis must be >= 0, got {self.hysteresis}")
+        check_range("resize_interval_s", self.resize_interval_s, 0.0, 1e7)
+        check_range("hysteresis", self.hysteresis, 0.0, 1000.0)
 
 
 def _next_option(options: Sequence[int], n: int) -> int | None:

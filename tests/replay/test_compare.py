@@ -166,7 +166,9 @@ def test_rerun_with_same_seed_writes_same_numbers(small, tmp_path, capsys):
         (["--policies", ","], "no policy"),
         (["--policies", "allox", "--jobs", "0"], "--jobs"),
         (["--policies", "allox", "--trace", "/nonexistent.trace"], "not found"),
-        (["--policies", "allox", "--gpus", "0"], "at least one GPU"),
+        (["--policies", "allox", "--gpus", "0"], "1 to 100000 GPUs"),
+        (["--policies", "allox", "--seed", "-1"], "--seed: field seed: the seed must be in"),
+        (["--policies", "allox", "--seed", str(2**32)], "--seed"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
