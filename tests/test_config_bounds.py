@@ -30,12 +30,17 @@ def _numeric_knobs() -> list[tuple[str, str, type]]:
 KNOBS = _numeric_knobs()
 
 
-def _refusal(tmp_path, section: str, line: str) -> InputError:
+def _refused(tmp_path, text: str) -> InputError:
     path = tmp_path / "bad.toml"
-    path.write_text(f"# a configuration\n\n[{section}]\n{line}\n")
+    path.write_text(text)
     with pytest.raises(InputError) as info:
         load_config(path)
+    assert str(path) in str(info.value)
     return info.value
+
+
+def _refusal(tmp_path, section: str, line: str) -> InputError:
+    return _refused(tmp_path, f"# a configuration\n\n[{section}]\n{line}\n")
 
 
 def test_every_section_has_numeric_knobs_to_check():
@@ -70,11 +75,22 @@ def test_the_bundled_configurations_are_within_bounds(name):
 
 
 def test_the_refusing_sections_key_is_found_after_a_same_named_key(tmp_path):
-    path = tmp_path / "two.toml"
-    path.write_text("[emulation]\nrestart_overhead_s = 20.0\n\n[elastic]\nrestart_overhead_s = -5.0\n")
-    with pytest.raises(InputError) as info:
-        load_config(path)
-    assert info.value.field == "elastic.restart_overhead_s" and info.value.line == 5
+    err = _refused(tmp_path, "[emulation]\nrestart_overhead_s = 20.0\n\n[elastic]\nrestart_overhead_s = -5.0\n")
+    assert err.field == "elastic.restart_overhead_s" and err.line == 5
+
+
+def test_a_weight_that_would_overflow_is_refused_at_its_line(tmp_path):
+    err = _refused(tmp_path, '[simulation]\npolicy = "shockwave"\n\n[shockwave]\nlam = 12.0\nexcess_k = 1e307\n'
+                             '[predictor]\n')
+    assert err.field == "shockwave.excess_k" and err.line == 6
+    assert "excess_k must be in [0, 1e+06]" in str(err)
+
+
+def test_a_refusal_without_a_key_names_the_section(tmp_path):
+    # the reference formulation needs the reference's fairness, utility and packing: a refusal of the
+    # section as a whole, at its header
+    err = _refused(tmp_path, '[simulation]\npolicy = "shockwave"\n[shockwave]\nformulation = "reference"\n')
+    assert err.field == "shockwave" and err.line == 3
 
 
 @pytest.mark.parametrize("args, message", [

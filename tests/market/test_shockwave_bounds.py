@@ -1,6 +1,6 @@
 """Every number of ``[shockwave]`` is bounded (market/shockwave/config.py): weights that would
-overflow the market's coefficients, solver limits, the window's length; a refusal in a file names
-the key and its line (configs/loader.py)."""
+overflow the market's coefficients, solver limits, the window's length (refusals in a file:
+tests/test_config_bounds.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import math
 
 import pytest
 
-from configs.loader import load_config
 from market.shockwave import ShockwaveConfig, plan_input, plan_window
 from market.shockwave.config import FUTURE_ROUNDS_MAX, LAM_MAX, WEIGHT_MAX
-from workloads.errors import InputError
 
 # One job with 1e7 s left (100,000 epochs of 100 s, 10 done) beside five short ones, on 2 GPUs.
 JOBS = [plan_input(0, 1, 100_000, 10, 1e7, 100.0, 1e7)] + [
@@ -63,23 +61,3 @@ def test_the_reference_formulation_refuses_charges_it_would_ignore(charge):
     ShockwaveConfig(**reference)
     with pytest.raises(ValueError, match="no work-bound charges"):
         ShockwaveConfig(**{**reference, **charge})
-
-
-def test_a_file_refusal_names_the_key_and_its_line(tmp_path):
-    path = tmp_path / "bad.toml"
-    path.write_text('[simulation]\npolicy = "shockwave"\n\n[shockwave]\nlam = 12.0\nexcess_k = 1e307\n'
-                    '[predictor]\n')
-    with pytest.raises(InputError) as info:
-        load_config(path)
-    assert info.value.field == "shockwave.excess_k" and info.value.line == 6
-    assert str(path) in str(info.value) and "excess_k must be in [0, 1e+06]" in str(info.value)
-
-
-def test_a_refusal_without_a_key_names_the_section(tmp_path):
-    # the reference formulation needs the reference's fairness, utility and packing: a refusal of the
-    # section as a whole, at its header
-    path = tmp_path / "bad.toml"
-    path.write_text('[simulation]\npolicy = "shockwave"\n[shockwave]\nformulation = "reference"\n')
-    with pytest.raises(InputError) as info:
-        load_config(path)
-    assert info.value.field == "shockwave" and info.value.line == 3
