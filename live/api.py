@@ -43,6 +43,13 @@ from live.params import ApiError, bounded_int, job_id
 from live.read_model import JOB_STATES, JobStatus
 from actors.kernel.messages import CancelJob, CancelResult, JobAccepted, JobSpec, SubmitJob
 from actors.kernel.transport_ws import BUS_PATH, check_bearer
+from workloads.models import (
+    JOB_BATCH_SIZE_MAX,
+    JOB_DURATION_S_MAX,
+    JOB_PRIORITY_WEIGHT_MAX,
+    JOB_SCALE_FACTOR_MAX,
+    JOB_TOTAL_STEPS_MAX,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
@@ -54,9 +61,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from live.connections import ConnectionLimiter
 
 API_ADDRESS = "api"
-#: bounds of ``JobRequest.duration_s`` in seconds (below 1 ms, total_steps / duration_s overflows
-#: what a throughput may be; above 1e7 s, 116 days, it is not a training job of this cluster)
-MIN_DURATION_S, MAX_DURATION_S = 1e-3, 1e7
+#: least ``JobRequest.duration_s`` in seconds (below 1 ms, total_steps / duration_s overflows what a
+#: throughput may be); the upper bounds are a job's wherever it enters (``workloads.models``)
+MIN_DURATION_S = 1e-3
 #: deepest nesting of arrays and objects accepted in a body (the request has depth 1)
 MAX_BODY_DEPTH = 32
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
@@ -75,15 +82,15 @@ class JobRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     """
 
     model: Annotated[str, Meta(min_length=1, max_length=200)]
-    batch_size: Annotated[int, Meta(ge=1, le=1_000_000)]
-    scale_factor: Annotated[int, Meta(ge=1, le=100_000)]
-    total_steps: Annotated[int, Meta(ge=1, le=10**12)] | None = None
+    batch_size: Annotated[int, Meta(ge=1, le=JOB_BATCH_SIZE_MAX)]
+    scale_factor: Annotated[int, Meta(ge=1, le=JOB_SCALE_FACTOR_MAX)]
+    total_steps: Annotated[int, Meta(ge=1, le=JOB_TOTAL_STEPS_MAX)] | None = None
     epochs: Annotated[int, Meta(ge=1, le=10**6)] | None = None
     mode: Literal["static", "accordion", "gns"] = "static"
-    priority_weight: Annotated[float, Meta(gt=0, le=1e6)] = 1.0
+    priority_weight: Annotated[float, Meta(gt=0, le=JOB_PRIORITY_WEIGHT_MAX)] = 1.0
     name: Annotated[str, Meta(max_length=200)] = ""
     command: Annotated[str, Meta(max_length=4000)] = ""
-    duration_s: Annotated[float, Meta(ge=MIN_DURATION_S, le=MAX_DURATION_S)] | None = None
+    duration_s: Annotated[float, Meta(ge=MIN_DURATION_S, le=JOB_DURATION_S_MAX)] | None = None
 
 
 class Submitted(Struct, kw_only=True):

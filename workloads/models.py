@@ -29,6 +29,12 @@ __all__ = [
     "samples_per_epoch",
     "job_samples_per_epoch",
     "PSEUDO_EPOCHS",
+    "JOB_BATCH_SIZE_MAX",
+    "JOB_SCALE_FACTOR_MAX",
+    "JOB_TOTAL_STEPS_MAX",
+    "JOB_PRIORITY_WEIGHT_MAX",
+    "JOB_DURATION_S_MAX",
+    "JOB_ARRIVAL_S_MAX",
 ]
 
 #: Training samples in one epoch, by model (§1.3). ResNet-50 uses a 100k-image ImageNet subset.
@@ -103,6 +109,18 @@ MODELS: tuple[str, ...] = ("ResNet-18", "ResNet-50", "Transformer", "LM", "Recom
 
 _JOB_TYPE_RE = re.compile(r"(\S+) \(batch size ([0-9]+)\)")
 
+#: Bounds of a job's numbers wherever a job enters: a trace line (:mod:`workloads.trace`),
+#: ``POST /v1/jobs`` (``live/api.py``) and the bus's ``JobSpec``. Above them a number is not a
+#: training job of a cluster: 2^64 steps do not fit a message, and at 1e300 s the clock's float
+#: no longer moves by a round.
+JOB_BATCH_SIZE_MAX = 1_000_000
+JOB_SCALE_FACTOR_MAX = 100_000  # GPUs of one gang
+JOB_TOTAL_STEPS_MAX = 10**12
+JOB_PRIORITY_WEIGHT_MAX = 1e6
+JOB_DURATION_S_MAX = 1e7  # isolated run time: 116 days
+JOB_ARRIVAL_S_MAX = 1e13  # a submission time on the run's clock: float64 still resolves 2 ms there; a generated
+#: trace reaches 1e6 jobs x 1e7 s mean inter-arrival (workloads.generate), the live clock 1.8e9 epoch s
+
 
 def parse_job_type(job_type: str) -> tuple[str, int]:
     """Split a job type string into ``(model, batch_size)``.
@@ -112,14 +130,15 @@ def parse_job_type(job_type: str) -> tuple[str, int]:
     and ``Job.batch_size``).
 
     Raises:
-        ValueError: the string is not of the form ``"<model> (batch size <N>)"`` with N >= 1.
+        ValueError: the string is not of the form ``"<model> (batch size <N>)"`` with N in
+            [1, ``JOB_BATCH_SIZE_MAX``].
     """
     match = _JOB_TYPE_RE.fullmatch(job_type)
     if match is None:
         raise ValueError(f"expected '<model> (batch size <N>)', got {job_type!r}")
     batch_size = int(match.group(2))
-    if batch_size < 1:
-        raise ValueError(f"batch size must be >= 1, got {job_type!r}")
+    if not 1 <= batch_size <= JOB_BATCH_SIZE_MAX:
+        raise ValueError(f"batch size must be in [1, {JOB_BATCH_SIZE_MAX}], got {job_type!r}")
     return match.group(1), batch_size
 
 

@@ -9,13 +9,15 @@ Source: docs/reference.md §1.1; reference ``scheduler/utils.py`` ``parse_trace`
 | 3 | working_directory | str |
 | 4 | num_steps_arg | str |
 | 5 | needs_data_dir | ``0`` or ``1`` |
-| 6 | total_steps | int >= 1 (steps at the initial batch size) |
-| 7 | scale_factor | int >= 1 (GPUs per gang) |
+| 6 | total_steps | int in [1, 1e12] (steps at the initial batch size) |
+| 7 | scale_factor | int in [1, 100000] (GPUs per gang) |
 | 8 | mode | ``static``, ``accordion`` or ``gns`` |
-| 9 | priority_weight | float > 0 |
+| 9 | priority_weight | float in (0, 1e6] |
 | 10 | slo | float; a negative value means "no SLO" (``None``) |
-| 11 | duration | float seconds >= 0 (isolated runtime at the initial batch size, as generated) |
-| 12 | arrival_time | float seconds >= 0 |
+| 11 | duration | float seconds in [0, 1e7] (isolated runtime at the initial batch size, as generated) |
+| 12 | arrival_time | float seconds in [0, 1e13] |
+
+The bounds are a job's wherever it enters (``workloads.models``: ``JOB_TOTAL_STEPS_MAX`` ...).
 
 Decisions (the reference asserts or crashes instead):
 
@@ -36,7 +38,15 @@ import re
 from dataclasses import dataclass
 
 from workloads.errors import InputError
-from workloads.models import SAMPLES_PER_EPOCH, parse_job_type
+from workloads.models import (
+    JOB_ARRIVAL_S_MAX,
+    JOB_DURATION_S_MAX,
+    JOB_PRIORITY_WEIGHT_MAX,
+    JOB_SCALE_FACTOR_MAX,
+    JOB_TOTAL_STEPS_MAX,
+    SAMPLES_PER_EPOCH,
+    parse_job_type,
+)
 from workloads.throughputs import ThroughputTable
 
 __all__ = ["TraceJob", "parse_trace", "MODES", "FIELD_NAMES", "NUM_FIELDS"]
@@ -120,7 +130,7 @@ class _LineParser:
     def error(self, number: int, message: str) -> InputError:
         return InputError(self.source, message, line=self.line, field=_field(number))
 
-    def integer(self, number: int, minimum: int) -> int:
+    def integer(self, number: int, minimum: int, maximum: int | None = None) -> int:
         text = self.fields[number - 1].strip()
         try:
             if not _INT_RE.fullmatch(text):
@@ -130,9 +140,11 @@ class _LineParser:
             raise self.error(number, f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise self.error(number, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.error(number, f"must be <= {maximum}, got {value}")
         return value
 
-    def real(self, number: int) -> float:
+    def real(self, number: int, maximum: float = math.inf) -> float:
         text = self.fields[number - 1].strip()
         try:
             if "_" in text or not text.isascii():
@@ -142,6 +154,8 @@ class _LineParser:
             raise self.error(number, f"expected a number, got {text!r}") from None
         if not math.isfinite(value):
             raise self.error(number, f"expected a finite number, got {text!r}")
+        if value > maximum:
+            raise self.error(number, f"must be <= {maximum:g}, got {value:g}")
         return value
 
 
@@ -194,19 +208,19 @@ def parse_trace(path: str | os.PathLike[str], throughputs: ThroughputTable | Non
         needs_data_dir = p.integer(5, 0)
         if needs_data_dir > 1:
             raise p.error(5, f"expected 0 or 1, got {needs_data_dir}")
-        total_steps = p.integer(6, 1)
-        scale_factor = p.integer(7, 1)
+        total_steps = p.integer(6, 1, JOB_TOTAL_STEPS_MAX)
+        scale_factor = p.integer(7, 1, JOB_SCALE_FACTOR_MAX)
         mode = fields[7].strip()
         if mode not in MODES:
             raise p.error(8, f"expected one of {', '.join(sorted(MODES))}, got {mode!r}")
-        priority_weight = p.real(9)
+        priority_weight = p.real(9, JOB_PRIORITY_WEIGHT_MAX)
         if priority_weight <= 0:
             raise p.error(9, f"must be > 0, got {priority_weight}")
         slo_value = p.real(10)
-        duration_s = p.real(11)
+        duration_s = p.real(11, JOB_DURATION_S_MAX)
         if duration_s < 0:
             raise p.error(11, f"must be >= 0, got {duration_s}")
-        arrival_s = p.real(12)
+        arrival_s = p.real(12, JOB_ARRIVAL_S_MAX)
         if arrival_s < 0:
             raise p.error(12, f"must be >= 0, got {arrival_s}")
         if arrival_s < previous_arrival:

@@ -21,6 +21,14 @@ from msgspec import Meta, Struct
 from gpu_runtime.backend import LeaseOutcome, LeaseRequest, PhaseSeconds
 from gpu_runtime.backend import LeaseProgress as BackendLeaseProgress
 from predictor.predictor import Prediction
+from workloads.models import (
+    JOB_ARRIVAL_S_MAX,
+    JOB_BATCH_SIZE_MAX,
+    JOB_DURATION_S_MAX,
+    JOB_PRIORITY_WEIGHT_MAX,
+    JOB_SCALE_FACTOR_MAX,
+    JOB_TOTAL_STEPS_MAX,
+)
 from workloads.profile import JobProfile
 
 NonNeg = Annotated[float, Meta(ge=0)]
@@ -42,21 +50,22 @@ class Message(Struct, tag_field="type", kw_only=True, forbid_unknown_fields=True
 class JobSpec(Struct, kw_only=True, forbid_unknown_fields=True):
     """A training job as submitted (trace line or ``POST /v1/jobs``).
 
-    ``total_steps`` counts optimizer steps at the initial ``batch_size``.
+    ``total_steps`` counts optimizer steps at the initial ``batch_size``. Every number is bounded
+    (``workloads.models``: ``JOB_TOTAL_STEPS_MAX`` ...): a peer's message beyond them is refused.
     ``arrival_s`` is the submission time on the run's clock; ``duration_s`` is the
     trace's isolated duration at the initial batch size (informational).
     """
 
     model: str
-    batch_size: PosInt
-    scale_factor: PosInt
-    total_steps: PosInt
+    batch_size: Annotated[int, Meta(ge=1, le=JOB_BATCH_SIZE_MAX)]
+    scale_factor: Annotated[int, Meta(ge=1, le=JOB_SCALE_FACTOR_MAX)]
+    total_steps: Annotated[int, Meta(ge=1, le=JOB_TOTAL_STEPS_MAX)]
     mode: Mode = "static"
-    priority_weight: Annotated[float, Meta(gt=0)] = 1.0
+    priority_weight: Annotated[float, Meta(gt=0, le=JOB_PRIORITY_WEIGHT_MAX)] = 1.0
     job_id: int | None = None
     name: str = ""
-    arrival_s: NonNeg = 0.0
-    duration_s: NonNeg = 0.0
+    arrival_s: Annotated[float, Meta(ge=0, le=JOB_ARRIVAL_S_MAX)] = 0.0
+    duration_s: Annotated[float, Meta(ge=0, le=JOB_DURATION_S_MAX)] = 0.0
     command: str = ""
 
 

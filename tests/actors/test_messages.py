@@ -22,7 +22,7 @@ def _strategy(t: msgspec.inspect.Type) -> st.SearchStrategy:
     I = msgspec.inspect
     if isinstance(t, I.IntType):
         lo = t.ge if t.ge is not None else (t.gt + 1 if t.gt is not None else -(2**40))
-        return st.integers(min_value=lo, max_value=2**40)
+        return st.integers(min_value=lo, max_value=t.le if t.le is not None else 2**40)
     if isinstance(t, I.FloatType):
         lo = t.ge if t.ge is not None else t.gt
         hi = t.le if t.le is not None else 1e12
@@ -108,10 +108,18 @@ def test_decode_rejects_unknown_fields_and_types():
         decode(b"\xc1\xff")
 
 
-def test_decode_enforces_ranges():
+@pytest.mark.parametrize("field, value", [
+    ("total_steps", -5),
+    ("total_steps", 10**12 + 1),  # workloads.models.JOB_TOTAL_STEPS_MAX
+    ("scale_factor", 100_001),
+    ("priority_weight", 1e300),
+    ("arrival_s", 1e300),  # the clock's float no longer moves by a round
+    ("duration_s", float("inf")),
+])
+def test_decode_enforces_ranges(field, value):
     raw = msgpack.unpackb(encode(_submit()))
-    raw["spec"]["total_steps"] = -5
-    with pytest.raises(MessageDecodeError, match=r"total_steps"):
+    raw["spec"][field] = value
+    with pytest.raises(MessageDecodeError, match=field):
         decode(msgpack.packb(raw))
 
 

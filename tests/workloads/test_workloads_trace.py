@@ -101,6 +101,13 @@ ERRORS = [
     ([_line(f12="-1")], 1, "12 (arrival_time)", "must be >= 0"),
     ([_line(f12="inf")], 1, "12 (arrival_time)", "finite"),
     ([_line(f12="50"), _line(f12="10")], 2, "12 (arrival_time)", "non-decreasing"),
+    # bounded above: 1e30 steps do not fit a message, and at 1e300 s the clock no longer moves by a round
+    ([_line(f1="LM (batch size 1000001)")], 1, "1 (job_type)", "batch size must be in [1, 1000000]"),
+    ([_line(f6=str(10**30))], 1, "6 (total_steps)", "must be <= 1000000000000"),
+    ([_line(f7="100001")], 1, "7 (scale_factor)", "must be <= 100000"),
+    ([_line(f9="1e300")], 1, "9 (priority_weight)", "must be <= 1e+06"),
+    ([_line(f11="1e8")], 1, "11 (duration)", "must be <= 1e+07"),
+    ([_line(f12="1e300")], 1, "12 (arrival_time)", "must be <= 1e+13, got 1e+300"),
 ]
 
 
