@@ -12,7 +12,6 @@ pairs are skipped without being decoded.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -26,6 +25,9 @@ __all__ = ["ThroughputTable", "MissingThroughputError", "WORKER_TYPE"]
 
 #: The only worker type the published runs use (clusters are given as ``G:0:0``).
 WORKER_TYPE = "v100"
+#: the largest throughput a table may give, steps/s (the bundled tables' largest is 454): above it
+#: a round's steps, throughput x seconds, can overflow to inf
+THROUGHPUT_MAX = 1e6
 
 _KEY_RE = re.compile(r"\('(.*)', ([0-9]+)\)")
 
@@ -118,8 +120,9 @@ class ThroughputTable:
             except ValueError:
                 continue  # A3C / CycleGAN: no batch size, never used
             value = entry.null
-            if not math.isfinite(value) or value < 0:
-                raise InputError(source, f"throughput must be a finite number >= 0, got {value!r}", field=field + ".null")
+            if not 0 <= value <= THROUGHPUT_MAX:  # NaN fails too
+                raise InputError(source, f"throughput must be in [0, {THROUGHPUT_MAX:g}] steps/s, got {value!r}",
+                                 field=field + ".null")
             values[(model, batch_size, scale_factor)] = value
         return cls(values, source)
 
