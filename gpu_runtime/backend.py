@@ -25,9 +25,15 @@ from msgspec import Meta
 __all__ = ["Backend", "LeaseOutcome", "LeaseProgress", "LeaseRequest", "Mode", "ReportFn"]
 
 Mode = Literal["static", "accordion", "gns"]
-NonNeg = Annotated[float, Meta(ge=0)]
-NonNegInt = Annotated[int, Meta(ge=0)]
-PosInt = Annotated[int, Meta(ge=1)]
+#: every number a peer sends is bounded, so that a broken or hostile peer cannot overflow what it
+#: feeds: counts (steps, ids, batch sizes) fit a float exactly, and seconds, times and rates stay
+#: within the clock's range (``workloads.models.JOB_ARRIVAL_S_MAX``); NaN and inf are refused
+COUNT_MAX = 2**53
+REAL_MAX = 1e13
+NonNeg = Annotated[float, Meta(ge=0, le=REAL_MAX)]
+NonNegInt = Annotated[int, Meta(ge=0, le=COUNT_MAX)]
+PosInt = Annotated[int, Meta(ge=1, le=COUNT_MAX)]
+Instant = Annotated[float, Meta(ge=-REAL_MAX, le=REAL_MAX)]  # a time on the run's clock
 #: the longest measured restart phase a report may carry, seconds (more is refused at decoding)
 MAX_PHASE_S = 86400.0
 PhaseSeconds = Annotated[float, Meta(ge=0, le=MAX_PHASE_S)]
@@ -62,7 +68,7 @@ class LeaseRequest(msgspec.Struct, frozen=True, kw_only=True):
     job_id: int
     round_index: NonNegInt
     gpu_ids: tuple[int, ...]
-    start_s: float
+    start_s: Instant
     duration_s: NonNeg
     model: str
     mode: Mode
@@ -113,7 +119,7 @@ class LeaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     gpu_ids: tuple[int, ...]
     steps: NonNegInt
     execution_s: NonNeg
-    finish_s: float
+    finish_s: Instant
     batch_size: PosInt
     requested_batch_size: PosInt | None = None
     failed: bool = False

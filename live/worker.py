@@ -210,8 +210,11 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, ValueError) as exc:
         print(f"shockwave: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.gpus < 1:
-        print(f"shockwave: error: --gpus must be at least 1, got {args.gpus}", file=sys.stderr)
+    from live.guard import MAX_GPUS_PER_NODE
+
+    if not 1 <= args.gpus <= MAX_GPUS_PER_NODE:
+        # the server refuses a node of more GPUs (docs/security.md): say so before connecting
+        print(f"shockwave: error: --gpus must be in 1..{MAX_GPUS_PER_NODE}, got {args.gpus}", file=sys.stderr)
         return EXIT_BAD_INPUT
     token = live.resolved_cluster_token()  # the bus credential, never the users' API token
     if not token:

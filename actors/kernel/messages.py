@@ -13,12 +13,12 @@ Units everywhere: seconds, steps (optimizer iterations), steps/s of the whole ga
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Union
 
 import msgspec
 from msgspec import Meta, Struct
 
-from gpu_runtime.backend import LeaseOutcome, LeaseRequest, PhaseSeconds
+from gpu_runtime.backend import Instant, LeaseOutcome, LeaseRequest, Mode, NonNeg, NonNegInt, PhaseSeconds, PosInt
 from gpu_runtime.backend import LeaseProgress as BackendLeaseProgress
 from predictor.predictor import Prediction
 from workloads.models import (
@@ -31,10 +31,6 @@ from workloads.models import (
 )
 from workloads.profile import JobProfile
 
-NonNeg = Annotated[float, Meta(ge=0)]
-NonNegInt = Annotated[int, Meta(ge=0)]
-PosInt = Annotated[int, Meta(ge=1)]
-Mode = Literal["static", "accordion", "gns"]
 
 
 class Message(Struct, tag_field="type", kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -44,7 +40,7 @@ class Message(Struct, tag_field="type", kw_only=True, forbid_unknown_fields=True
     dst: str = ""
     msg_id: NonNegInt = 0
     reply_to: NonNegInt = 0
-    sent_at: float = 0.0
+    sent_at: Instant = 0.0
 
 
 class JobSpec(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -146,7 +142,7 @@ class JobProgress(Message, tag="job_progress"):
     lease_steps: NonNegInt
     execution_s: NonNeg
     run_time_s: NonNeg
-    finish_s: float
+    finish_s: Instant
     lease_batch_size: PosInt
     batch_size_change: tuple[int, int] | None = None  # (old, new): the lease's net change
     batch_size_changes: NonNegInt = 0  # changes made during the lease (a trainer may make several)
@@ -165,7 +161,7 @@ class PredictorAddJob(Message, tag="predictor_add_job"):
     what the predictor had learnt of it before a ``serve`` restart, :mod:`predictor.state`)."""
 
     job_id: int
-    submit_s: float
+    submit_s: Instant
     round_index: NonNegInt
     scale_factor: PosInt
     profile: JobProfile | None = None
@@ -180,14 +176,14 @@ class PredictorRemoveJob(Message, tag="predictor_remove_job"):
     """Clearinghouse -> predictor: the job finished at ``finish_s``."""
 
     job_id: int
-    finish_s: float
+    finish_s: Instant
 
 
 class PredictRequest(Message, tag="predict_request"):
     """Clearinghouse -> predictor: predictions for every tracked job at this round boundary."""
 
     round_index: NonNegInt
-    now_s: float
+    now_s: Instant
     num_gpus: PosInt
     round_duration_s: NonNeg
     # (job id, calibration calls the planner made with that job's previous prediction) pairs (the

@@ -148,3 +148,12 @@ def test_metrics_export_each_running_jobs_measured_restart_phases():
     assert 'job_id="1"' not in text.split("shockwave_job_restart_overhead_seconds", 1)[1]  # not measured yet
     assert 'job_id="2",phase' not in text  # not running: not exported
     assert view.job(0, 10.0).restart_overhead_s == 2.75 and view.job(1, 10.0).restart_overhead_s is None
+
+
+@pytest.mark.parametrize("gpus", ["0", "-1", "1025"])
+def test_a_worker_with_a_gpu_count_the_server_would_refuse_stops_before_connecting(gpus, capsys):
+    from cli.main import main
+
+    # the server's guard accepts at most 1,024 GPUs per node (live/guard.py); port 1 is never dialled
+    assert main(["worker", "--gpus", gpus, "--server", "http://127.0.0.1:1"]) == 2
+    assert f"--gpus must be in 1..1024, got {gpus}" in capsys.readouterr().err
