@@ -86,6 +86,35 @@ def test_every_message_type_round_trips(cls):
     check()
 
 
+def _bounded_numbers(cls: type) -> list[tuple[str, object]]:
+    """(field, a value just out of its bounds) for each top-level bounded number field of ``cls``
+    (unbounded floats are measurements only logged: a trainer's loss and noise-scale statistic)."""
+    out = []
+    for f in msgspec.inspect.type_info(cls).fields:
+        types = f.type.types if isinstance(f.type, msgspec.inspect.UnionType) else (f.type,)
+        for t in types:
+            if isinstance(t, msgspec.inspect.FloatType) and (t.ge, t.gt, t.le) != (None, None, None):
+                out.append((f.name, math.nan))
+            elif isinstance(t, msgspec.inspect.IntType) and t.le is not None:
+                out.append((f.name, t.le + 1))
+    return out
+
+
+@pytest.mark.parametrize("cls", [c for c in MESSAGE_TYPES if _bounded_numbers(c)], ids=lambda c: c.__name__)
+def test_every_number_a_peer_sends_is_bounded(cls):
+    # NaN or one past the bound in any number field is refused at decoding, naming the field
+    @settings(max_examples=3, deadline=None)
+    @given(_struct_strategy(cls))
+    def check(msg):
+        for name, bad in _bounded_numbers(cls):
+            raw = msgpack.unpackb(encode(msg))
+            raw[name] = bad
+            with pytest.raises(MessageDecodeError, match=name):
+                decode(msgpack.packb(raw))
+
+    check()
+
+
 def _submit() -> SubmitJob:
     return SubmitJob(src="api", dst="clearinghouse", spec=JobSpec(model="LM", batch_size=10, scale_factor=1, total_steps=100))
 
