@@ -126,7 +126,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         InputError: unreadable file, bad TOML, an unknown or mistyped key, an unknown policy or
             configuration key, a missing trace or throughput file (file, line and field named).
     """
-    from configs.loader import config_keys, load_config, resolve_path
+    from configs.loader import SEED_MAX, config_keys, load_config, resolve_path
     from market.registry import POLICY_NAMES
 
     source = Path(path)
@@ -154,8 +154,10 @@ def load_spec(path: str | Path) -> SweepSpec:
         if name not in POLICY_NAMES:
             raise fail(f"unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}", "sweep.policies", name)
     seeds = sweep.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise fail("'seeds' must be a non-empty list of integers", "sweep.seeds")
+    if not isinstance(seeds, list) or not seeds or not all(
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= SEED_MAX for s in seeds
+    ):
+        raise fail(f"'seeds' must be a non-empty list of integers in [0, {SEED_MAX}]", "sweep.seeds")
     config_path = resolve_path(source.parent, sweep["config"]) if "config" in sweep else None
     base = load_config(config_path)
     grid_raw = sweep.get("grid", {})

@@ -66,6 +66,7 @@ def test_expand_is_the_product_in_grid_order(tmp_path, small_trace):
 @pytest.mark.parametrize("body, field, line", [
     ('[sweep]\npolicies = ["max_min_fairness"]\nfoo = 1\n', "sweep.foo", 3),
     ('[sweep]\npolicies = ["fifo"]\n', "sweep.policies", 2),
+    ('[sweep]\npolicies = ["gandiva_fair"]\nseeds = [0, -1]\n', "sweep.seeds", 3),
     ('[sweep]\npolicies = ["gandiva_fair"]\n[sweep.grid]\n"rounds.nope" = [1]\n', "sweep.grid.rounds.nope", 4),
     ('[sweep]\npolicies = ["gandiva_fair"]\n[[sweep.traces]]\ntrace = "missing.trace"\nthroughputs = "x.json"\n',
      "sweep.traces[0].trace", 4),
