@@ -13,7 +13,8 @@ another section, e.g. ``--set predictor.calibration_clock=rounds``); a policy na
 ``shockwave@FILE.toml`` replays Shockwave with that configuration (e.g. a preset: its
 [shockwave] and [predictor] sections; trace, GPUs and throughputs stay the suite's). Printed per trace: offered load, then per policy makespan, average JCT, worst rho, unfair
 fraction (rho > 1.05), each with its ratio to max-min fairness, and wall seconds; ``--out`` writes
-every cell's figures as JSON, rewritten after each cell. ``--markdown`` prints instead one table of
+every cell's figures as JSON, rewritten after each cell. A replay still running after 5 minutes
+prints a progress line on stderr every 5 minutes (round, virtual time, jobs done). ``--markdown`` prints instead one table of
 every cell (the README's suite table) and one of Shockwave's ratios against issue 13 item 5's
 targets; ``--from FILE`` prints them from a saved ``--out`` file without replaying; ``--summary
 FILE ...`` compares saved runs made with different ``--set`` overrides (the choice of defaults).
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 DEFAULT_SUITE = ROOT / "benchmarks" / "suite" / "dev_suite.toml"
 DATA = ROOT / "configs" / "data"
 METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction_1_05")
+PROGRESS_EVERY_S = 300.0  # wall seconds between two progress lines of a running replay
 
 
 @functools.cache
@@ -92,6 +94,7 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    from replay.progress import PlainProgress
     from replay.simulate import resolve_run, simulate
 
     name, _, preset = policy.partition("@")
@@ -100,7 +103,9 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     if name == "shockwave" and overrides:
         override_config(spec.config, overrides)
     started = time.perf_counter()
-    r = simulate(spec)
+    # a line on stderr every PROGRESS_EVERY_S of wall time: silent for the quick cells, a heartbeat
+    # for the reference preset's replays, which take up to hours
+    r = simulate(spec, on_round=PlainProgress(f"{trace['name']} {policy}", every_s=PROGRESS_EVERY_S, tenths=False))
     out = {k: r[k] for k in METRICS}
     out["wall_s"] = time.perf_counter() - started
     out.update(separating_figures(r))

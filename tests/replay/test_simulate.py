@@ -209,7 +209,7 @@ def test_plain_progress_lines_by_tenths_and_wall_clock():
     """Without a terminal: a line per tenth of the jobs done, else one per ``every_s`` of wall time."""
     import io
 
-    from cli.main import PlainProgress
+    from replay.progress import PlainProgress
 
     wall = [0.0]
     out = io.StringIO()
@@ -231,6 +231,24 @@ def test_plain_progress_lines_by_tenths_and_wall_clock():
     ]
     progress.finish({"num_jobs": 100, "num_rounds": 7, "makespan_s": 830.0})
     assert out.getvalue().splitlines()[-1] == "shockwave: done, 100 jobs in 7 rounds, makespan 830 s, 120 s wall"
+
+
+def test_plain_progress_by_wall_clock_only():
+    """``tenths=False`` (bench_suite's long replays): a line per ``every_s`` of wall time, whatever
+    the jobs do, so a suite of quick replays stays silent."""
+    import io
+
+    from replay.progress import PlainProgress
+
+    wall = [0.0]
+    out = io.StringIO()
+    progress = PlainProgress("d900 preset", every_s=300.0, tenths=False, clock=lambda: wall[0], stream=out)
+    progress(1, 120.0, 50, 100)     # half the jobs done at once: silent
+    wall[0] = 299.0
+    progress(2, 240.0, 100, 100)    # all done, under 5 minutes: silent
+    wall[0] = 300.0
+    progress(3, 360.0, 100, 100)    # 5 minutes: a line
+    assert out.getvalue().splitlines() == ["d900 preset: round 3, virtual t = 360 s, 100/100 jobs done, 300 s wall"]
 
 
 def test_cli_progress_without_a_terminal_is_plain_lines(tmp_path, capsys):
