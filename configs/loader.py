@@ -40,16 +40,16 @@ from typing import Any, Mapping
 
 import msgspec
 
+from market.solver import SEED_MAX
 from workloads.errors import InputError
 
 BUNDLED = resources.files("configs")
 DEFAULT_CONFIG = "paper_32gpus.toml"
 
 
-#: bounds of ``[simulation]``'s numbers (also of the command line's ``--gpus`` and ``--seed``); the
-#: seed also seeds the solver, and HiGHS takes seeds up to 2^31 - 1
+#: the most GPUs of ``[simulation] num_gpus`` (and of the command line's ``--gpus``); the seed's
+#: bound is the solver's (``market.solver.SEED_MAX``), since the run's seed also seeds it
 NUM_GPUS_MAX = 100_000
-SEED_MAX = 2**31 - 1
 
 
 class SimulationSection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -22,16 +22,18 @@ from typing import Annotated, Callable, Literal, Protocol
 import msgspec
 from msgspec import Meta
 
+from workloads.models import JOB_ARRIVAL_S_MAX
+
 __all__ = ["Backend", "LeaseOutcome", "LeaseProgress", "LeaseRequest", "Mode", "ReportFn"]
 
 Mode = Literal["static", "accordion", "gns"]
 #: every number a peer sends is bounded, so that a broken or hostile peer cannot overflow what it
 #: feeds: counts (steps, ids, batch sizes) fit a float exactly, and seconds, times and rates stay
-#: within the clock's range (``workloads.models.JOB_ARRIVAL_S_MAX``); NaN and inf are refused. A
+#: within the clock's range (a job's latest arrival); NaN and inf are refused. A
 #: trainer's loss and noise-scale statistic (``LeaseProgress``) are measurements that are only logged
 #: and shown, and stay unbounded (a diverged run's NaN loss is information)
 COUNT_MAX = 2**53
-REAL_MAX = 1e13
+REAL_MAX = JOB_ARRIVAL_S_MAX
 NonNeg = Annotated[float, Meta(ge=0, le=REAL_MAX)]
 NonNegInt = Annotated[int, Meta(ge=0, le=COUNT_MAX)]
 PosInt = Annotated[int, Meta(ge=1, le=COUNT_MAX)]

@@ -7,14 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from actors.kernel.messages import Heartbeat, LeaseProgress, LeaseReport, Message, RegisterGPUs
+from market.topology import GPUS_PER_NODE_MAX
 
 if TYPE_CHECKING:  # pragma: no cover
     from live.clearinghouse import LiveClearinghouse
 
-__all__ = ["MAX_GPUS_PER_NODE", "check_lease_message", "check_remote_message"]
-
-#: GPUs one node may register (a bound on what a peer can claim)
-MAX_GPUS_PER_NODE = 1024
+__all__ = ["check_lease_message", "check_remote_message"]
 
 
 def check_remote_message(ch: "LiveClearinghouse", peer: str, incarnation: str, msg: Message) -> str | None:
@@ -32,7 +30,7 @@ def check_remote_message(ch: "LiveClearinghouse", peer: str, incarnation: str, m
         if isinstance(msg, RegisterGPUs):
             if msg.incarnation != incarnation:
                 return "stale_incarnation"
-            if msg.num_gpus > MAX_GPUS_PER_NODE:
+            if msg.num_gpus > GPUS_PER_NODE_MAX:  # a bound on what a peer can claim
                 return "too_many_gpus"
         elif ch.node_incarnation.get(peer, incarnation) != incarnation:
             return "stale_incarnation"

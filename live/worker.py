@@ -210,11 +210,11 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, ValueError) as exc:
         print(f"shockwave: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from live.guard import MAX_GPUS_PER_NODE
+    from market.topology import GPUS_PER_NODE_MAX
 
-    if not 1 <= args.gpus <= MAX_GPUS_PER_NODE:
-        # the server refuses a node of more GPUs (docs/security.md): say so before connecting
-        print(f"shockwave: error: --gpus must be in 1..{MAX_GPUS_PER_NODE}, got {args.gpus}", file=sys.stderr)
+    if not 1 <= args.gpus <= GPUS_PER_NODE_MAX:
+        # the server refuses a node of more GPUs (live/guard.py): say so before connecting
+        print(f"shockwave: error: --gpus must be in 1..{GPUS_PER_NODE_MAX}, got {args.gpus}", file=sys.stderr)
         return EXIT_BAD_INPUT
     token = live.resolved_cluster_token()  # the bus credential, never the users' API token
     if not token:

@@ -22,7 +22,7 @@ from market.base import JobView, RoundContext, ThroughputLookup
 from market.placement import PlacementError
 from market.topology import GangRequest, NodePlacement, Topology, capacity_violations, place_on_nodes
 from workloads.adaptation import rescale_for_batch_size_change
-from workloads.models import SAMPLES_PER_EPOCH
+from workloads.models import JOB_SCALE_FACTOR_MAX, SAMPLES_PER_EPOCH
 from workloads.ring import RingFit, placement_penalty
 
 __all__ = [
@@ -48,8 +48,8 @@ class ElasticConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.restart_overhead_s <= 86400:
             raise ValueError(f"restart_overhead_s must be in [0, 86400] s, got {self.restart_overhead_s}")
-        if not self.gpu_counts or any(not 1 <= n <= 100_000 for n in self.gpu_counts):
-            raise ValueError(f"gpu_counts must be GPU counts in [1, 100000], got {self.gpu_counts}")
+        if not self.gpu_counts or any(not 1 <= n <= JOB_SCALE_FACTOR_MAX for n in self.gpu_counts):
+            raise ValueError(f"gpu_counts must be GPU counts in [1, {JOB_SCALE_FACTOR_MAX}], got {self.gpu_counts}")
 
 
 class ElasticAllocationError(PlacementError):

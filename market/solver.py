@@ -14,6 +14,9 @@ import os
 import sys
 from typing import Any
 
+#: the largest solver seed: HiGHS's ``random_seed`` range (and the runs' seeds, which seed it)
+SEED_MAX = 2**31 - 1
+
 __all__ = ["MILP_SOLVERS", "available_milp_solvers", "choose_solver", "quiet_highs_banner", "solver_options"]
 
 #: MILP-capable solvers this project supports, in default order of preference.

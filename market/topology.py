@@ -24,8 +24,12 @@ from market.placement import PlacementError
 from workloads.errors import check_range
 
 __all__ = [
-    "ClusterConfig", "GangRequest", "Node", "NodePlacement", "Topology", "capacity_violations", "place_on_nodes",
+    "GPUS_PER_NODE_MAX", "ClusterConfig", "GangRequest", "Node", "NodePlacement", "Topology", "capacity_violations",
+    "place_on_nodes",
 ]
+
+#: the most GPUs of one node: of ``[cluster] gpus_per_node``, and of what a live worker may register
+GPUS_PER_NODE_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class ClusterConfig:
     model_sizes: str = "data/model_sizes.json"
 
     def __post_init__(self) -> None:
-        check_range("gpus_per_node", self.gpus_per_node, 1, 1024)
+        check_range("gpus_per_node", self.gpus_per_node, 1, GPUS_PER_NODE_MAX)
         check_range("cpus_per_node", self.cpus_per_node, 0, 100_000)
         check_range("nic_gbps", self.nic_gbps, 0.0, 1e5, low_open=True)
         check_range("local_gbytes_s", self.local_gbytes_s, 0.0, 1e5, low_open=True)

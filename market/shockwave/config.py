@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from market.solver import SEED_MAX
 from workloads.errors import check_range
 
 
@@ -233,7 +234,7 @@ class ShockwaveConfig:
         check_range("rhomax", self.rhomax, 0.0, 100.0, low_open=True)
         check_range("preempt_margin", self.preempt_margin, 0.0, 1000.0)
         check_range("reopt_rounds", self.reopt_rounds, 1, 1_000_000)
-        check_range("seed", self.seed, 0, 2**31 - 1)  # HiGHS's random_seed
+        check_range("seed", self.seed, 0, SEED_MAX)
         if self.formulation == "reference" and (self.makespan_k, self.excess_k) != (0.0, 0.0):
             raise ValueError(
                 "formulation 'reference' has no work-bound charges: makespan_k and excess_k must be 0, got "
