@@ -18,6 +18,10 @@ prints a progress line on stderr every 5 minutes (round, virtual time, jobs done
 every cell (the README's suite table) and one of Shockwave's ratios against issue 13 item 5's
 targets; ``--from FILE`` prints them from a saved ``--out`` file without replaying; ``--summary
 FILE ...`` compares saved runs made with different ``--set`` overrides (the choice of defaults).
+``--journal-dir DIR`` keeps each Shockwave cell's re-plans in a plan journal
+(:mod:`market.shockwave.journal`): a cell stopped part way (the reference preset's 900-job replays
+take hours) resumes from its journal when the suite is run again, and its wall time then says how
+many re-plans it read there.
 
 This suite is where the project's defaults are chosen; the canonical trace is never part of it.
 """
@@ -90,7 +94,13 @@ def offered_load(trace: str, table: str, gpus: int) -> tuple[int, float]:
     return len(jobs), gpu_s / span / gpus
 
 
-def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
+def journal_path(folder: str, trace: str, policy: str) -> Path:
+    """The plan journal of one Shockwave cell in ``folder``: ``TRACE--shockwave[@PRESET].journal``."""
+    name, _, preset = policy.partition("@")
+    return Path(folder) / f"{trace}--{name}{'@' + Path(preset).stem if preset else ''}.journal"
+
+
+def _cell(trace: dict, policy: str, overrides: list[str], journal_dir: str | None = None) -> dict:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
@@ -98,8 +108,9 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     from replay.simulate import resolve_run, simulate
 
     name, _, preset = policy.partition("@")
+    journal = journal_path(journal_dir, trace["name"], policy) if journal_dir and name == "shockwave" else None
     spec = resolve_run(preset or None, trace=trace["path"], throughputs=trace["throughputs_path"],
-                       num_gpus=trace["gpus"], policy=name)
+                       num_gpus=trace["gpus"], policy=name, journal=journal)
     if name == "shockwave" and overrides:
         override_config(spec.config, overrides)
     started = time.perf_counter()
@@ -112,6 +123,8 @@ def _cell(trace: dict, policy: str, overrides: list[str]) -> dict:
     if "replans" in r:
         out["solve_s_p95"] = r["replans"]["solve_s_p95"]
         out["deadline_misses"] = r["replans"].get("deadline_misses", 0)
+        if r["replans"].get("journal_hits"):
+            out["journal_hits"] = r["replans"]["journal_hits"]
     if r.get("prediction_mape") is not None:
         out["prediction_mape"] = r["prediction_mape"]
     return out
@@ -278,9 +291,16 @@ def markdown(loads: dict, cells: list[dict], gpus: dict) -> str:
 
             lines.append(f"| {label} | {LEGENDS.get(p, p)} | {cell('makespan_s', '{:,.0f}')} | {cell('avg_jct_s', '{:,.0f}')} | "
                          f"{cell('worst_rho', '{:.2f}')} | {cell('unfair_fraction_1_05', '{:.1f}', 100.0)} | "
-                         f"{cell('mean_rho', '{:.2f}')} | {r['wall_s']:.0f} | "
+                         f"{cell('mean_rho', '{:.2f}')} | {wall(r)} | "
                          + (f"{r['solve_s_p95']:.2f} |" if r.get("solve_s_p95") is not None else "— |"))
     return "\n".join(lines)
+
+
+def wall(cell: dict) -> str:
+    """A cell's wall seconds; a replay resumed from a plan journal says how many re-plans it read
+    there (their solves ran in an earlier, unmeasured part of the replay)."""
+    hits = cell.get("journal_hits")
+    return f"{cell['wall_s']:.0f}" + (f" (resumed: {hits} re-plans from its journal)" if hits else "")
 
 
 TARGETS = {"makespan_s": 0.85, "avg_jct_s": 1.00, "worst_rho": 0.80, "unfair_fraction_1_05": 0.75}
@@ -314,7 +334,7 @@ def targets(cells: list[dict], policy: str = "shockwave") -> str:
         mean = f"{r['mean_rho'] / base['mean_rho']:.2f}×" if base.get("mean_rho") and "mean_rho" in r else "—"
         p95 = f"{r['solve_s_p95']:.2f}" if r.get("solve_s_p95") is not None else "—"
         lines.append(f"| {t} | {mark('makespan_s')}{floor} | {mark('avg_jct_s')} | {mark('worst_rho')} | "
-                     f"{mark('unfair_fraction_1_05')} | {mean} | {r['wall_s']:.0f} | {p95} |")
+                     f"{mark('unfair_fraction_1_05')} | {mean} | {wall(r)} | {p95} |")
     return "\n".join(lines)
 
 
@@ -383,6 +403,9 @@ def main() -> None:
     add_set_argument(ap)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out")
+    ap.add_argument("--journal-dir", metavar="DIR",
+                    help="keep each Shockwave cell's re-plans in DIR (one plan journal per cell): a replay "
+                         "run again reads them instead of solving, so a stopped suite resumes where it stopped")
     ap.add_argument("--markdown", action="store_true", help="print one markdown table of every cell")
     ap.add_argument("--from", dest="saved", help="a saved --out file: print its tables, replay nothing")
     ap.add_argument("--summary", nargs="+", metavar="FILE",
@@ -412,7 +435,7 @@ def main() -> None:
     cells = [(t, p) for t in suite for p in policies]
     results: dict[tuple[str, str], dict] = {}
     with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, len(cells)))) as pool:
-        futures = {pool.submit(_cell, t, p, args.set): (t["name"], p) for t, p in cells}
+        futures = {pool.submit(_cell, t, p, args.set, args.journal_dir): (t["name"], p) for t, p in cells}
         for future in as_completed(futures):
             key = futures[future]
             try:

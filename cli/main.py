@@ -33,6 +33,9 @@ def _simulate_parser(sub) -> None:
     p.add_argument("--gpus", type=int, help="number of GPUs (default: from the configuration)")
     p.add_argument("--out", help="folder for results.json and results.png")
     p.add_argument("--seed", type=int, help="random seed (default: from the configuration)")
+    p.add_argument("--journal", metavar="FILE",
+                   help="Shockwave only: keep each re-plan in FILE, and read the ones FILE already holds "
+                        "instead of solving them, so a stopped replay resumes where it stopped")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr (a bar on a terminal, otherwise a line per tenth of the jobs done)")
     p.add_argument("--log-level", default="warning", choices=LOG_LEVELS, help="structlog level on stderr (default: warning)")
 
@@ -86,7 +89,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         spec = resolve_run(
             args.config, trace=args.trace, throughputs=args.throughputs, policy=args.policy,
-            num_gpus=args.gpus, seed=args.seed,
+            num_gpus=args.gpus, seed=args.seed, journal=args.journal,
         )
         if args.out:
             prepare_out_dir(args.out)

@@ -35,6 +35,9 @@ class RunSpec:
     num_gpus: int
     policy: str
     seed: int
+    #: a plan journal (``shockwave simulate --journal``): Shockwave's re-plans are read from it
+    #: and appended to it (:mod:`market.shockwave.journal`); None: every re-plan is solved
+    journal: Path | None = None
 
 
 def resolve_run(
@@ -45,6 +48,7 @@ def resolve_run(
     policy: str | None = None,
     num_gpus: int | None = None,
     seed: int | None = None,
+    journal: str | None = None,
 ) -> RunSpec:
     """Load the configuration and apply overrides (command-line values win).
 
@@ -63,19 +67,22 @@ def resolve_run(
         num_gpus=num_gpus if num_gpus is not None else sim.num_gpus,
         policy=policy or sim.policy,
         seed=seed if seed is not None else sim.seed,
+        journal=Path(journal) if journal else None,
     )
     if not 1 <= spec.num_gpus <= NUM_GPUS_MAX:
         raise InputError("--gpus", f"the cluster needs 1 to {NUM_GPUS_MAX} GPUs, got {spec.num_gpus}", field="num_gpus")
     if not 0 <= spec.seed <= SEED_MAX:
         raise InputError("--seed", f"the seed must be in [0, {SEED_MAX}], got {spec.seed}", field="seed")
     check_policy_name(spec.policy)
+    if spec.journal is not None and spec.policy != "shockwave":
+        raise InputError("--journal", f"only Shockwave's re-plans are journaled, not {spec.policy}'s", field="journal")
     for label, path in (("trace", spec.trace), ("throughputs", spec.throughputs)):
         if not path.is_file():
             raise InputError(str(path), f"{label} file not found", field=label)
     return spec
 
 
-async def _run(spec: RunSpec, jobs, table, on_round, elastic=None) -> dict:
+async def _run(spec: RunSpec, jobs, table, on_round, elastic=None, journal=None) -> dict:
     from actors.kernel.bus import Bus
     from actors.clearinghouse import Clearinghouse
     from actors.gpu import GPUActor
@@ -89,6 +96,8 @@ async def _run(spec: RunSpec, jobs, table, on_round, elastic=None) -> dict:
     bus = Bus(clock)
     bus.on_undeliverable = lambda dst, msg: None
     policy = spec.config.build_policy(spec.policy, seed=spec.seed)
+    if journal is not None:  # resolve_run checked that the policy is Shockwave
+        policy.journal = journal
     predictor_address = None
     actors = []
     async with asyncio.TaskGroup() as group:
@@ -152,8 +161,9 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
     """Replay ``spec``'s trace under virtual time and return the results dictionary.
 
     Raises:
-        InputError: bad trace or throughput table (file, line, field named), or a job wider than
-            the cluster (it could never run).
+        InputError: bad trace or throughput table (file, line, field named), a job wider than
+            the cluster (it could never run), or a plan journal that cannot be used (another
+            planner's, or held by another replay: :class:`market.shockwave.journal.PlanJournal`).
         RuntimeError: the replay cannot finish (:class:`actors.clearinghouse.NoJobCanRun` names
             the jobs that can never run), or a round could not be scheduled.
     """
@@ -184,10 +194,18 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
 
         cfg = spec.config
         elastic = ElasticRounds.build(cfg.elastic, cfg.cluster, table, cfg.model_sizes(), spec.num_gpus)
+    journal = None
+    if spec.journal is not None:
+        from market.shockwave.journal import PlanJournal
+
+        journal = PlanJournal(spec.journal)
     try:
-        out = run_virtual(_run(spec, jobs, table, on_round, elastic), start=jobs[0].arrival_s)
+        out = run_virtual(_run(spec, jobs, table, on_round, elastic, journal), start=jobs[0].arrival_s)
     except BaseExceptionGroup as group:  # the actors' task group: surface the first failure
         raise group.exceptions[0] from None
+    finally:
+        if journal is not None:
+            journal.close()
     wall = time.perf_counter() - started
     return build_results(spec, jobs, out, wall)
 
@@ -301,6 +319,7 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "solve_s_p95": float(np.percentile(arr, 95)),
                 "solve_s_max": float(arr.max()),
                 "deadline_misses": int(stats.get("deadline_misses", 0)),
+                "journal_hits": int(stats.get("journal_hits", 0)),
                 "packers": dict(Counter(h["packer"] for h in stats.get("history", []))),
                 "solvers": dict(Counter(h.get("solver", "") for h in stats.get("history", []))),
                 "per_replan": stats.get("history", []),

@@ -1,6 +1,8 @@
-"""Random planner inputs shared by the Shockwave planner tests (not a test module)."""
+"""Planner inputs shared by the Shockwave tests (not a test module): random jobs, a small trace."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -20,3 +22,23 @@ def random_jobs(rng: np.random.Generator, n: int, widths=(1, 2, 4), now: float =
         R = (E - p) * d * float(rng.uniform(0.6, 1.4))
         jobs.append(plan_input(i, int(rng.choice(widths)), E, p, R, d, now + R * float(rng.uniform(earliest_target, 4.0))))
     return jobs
+
+
+ROOT = Path(__file__).parents[1]
+CANONICAL = ROOT / "configs" / "data" / "120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace"
+
+
+def small_canonical_trace(folder: Path, num_jobs: int) -> Path:
+    """The canonical trace's first ``num_jobs`` jobs (their models, scale factors and GNS / Accordion
+    batch-size adaptation), steps cut to 1/8 and arrivals compressed 4x so a replay takes seconds.
+    Written to ``folder / "small.trace"``."""
+    lines = [line for line in CANONICAL.read_text().splitlines() if line.strip()][:num_jobs]
+    out = []
+    for line in lines:
+        fields = line.split("\t")
+        fields[5] = str(max(1, int(fields[5]) // 8))  # total steps
+        fields[-1] = str(int(fields[-1]) // 4)  # arrival, seconds
+        out.append("\t".join(fields))
+    path = folder / "small.trace"
+    path.write_text("\n".join(out) + "\n")
+    return path

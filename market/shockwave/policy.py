@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from market.base import RoundContext
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.tables import PlanJob
 from predictor.predictor import Prediction
 from market.shockwave.planner import plan_window, WindowPlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from market.shockwave.journal import PlanJournal
 
 
 # ---------------------------------------------------------------------------------- the policy
@@ -30,11 +33,14 @@ class ShockwavePolicy:
             seconds per re-plan; "packing_shortfall": job-rounds dropped; "fairness_replans":
             re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
             constraints summed over re-plans; "objective": list; "deadline_misses": constrained jobs
-            whose placement missed their window-fairness deadline, summed over re-plans; "history": per
-            re-plan {round, path, packer, solver, constrained_jobs, deadline_misses (job ids)}}. The
+            whose placement missed their window-fairness deadline, summed over re-plans; "journal_hits":
+            re-plans read from :attr:`journal`; "history": per re-plan {round, path, packer, solver,
+            constrained_jobs, deadline_misses (job ids)}}. The
             counters count every re-plan; the lists keep at least the newest :data:`STATS_KEPT`
             re-plans and at most twice that, so a long-lived ``serve`` does not grow without bound.
         plan: the cached :class:`WindowPlan` (or None).
+        journal: a :class:`market.shockwave.journal.PlanJournal` (simulation only) that re-plans are
+            read from and appended to, or None (the default): every re-plan is solved.
         calibration_calls: ``formulation = "reference"``: job id -> calibration calls its planner made
             in the last round (0 where it did not re-plan); the clearinghouse hands them to the
             predictor with the next prediction request. None for the other formulations.
@@ -50,6 +56,7 @@ class ShockwavePolicy:
         self._last_selected: list[int] = []
         self._reopt_counter = 0
         self.calibration_calls: dict[int, int] | None = None  # for the predictor (reference formulation)
+        self.journal: PlanJournal | None = None
         self.stats: dict[str, Any] = {
             "replans": 0,
             "constrained": 0,
@@ -61,6 +68,7 @@ class ShockwavePolicy:
             "solve_s": [],
             "objective": [],
             "deadline_misses": 0,
+            "journal_hits": 0,
             "history": [],
         }
 
@@ -127,7 +135,9 @@ class ShockwavePolicy:
             self._reopt_counter += 1  # a round has passed since the last call
         replanned = self._needs_replan(ctx)
         if replanned:
-            self.plan = plan_window(
+            journal = self.journal
+            hits = journal.hits if journal is not None else 0
+            self.plan = (journal.plan_window if journal is not None else plan_window)(
                 self._inputs(ctx),
                 num_gpus=ctx.num_gpus,
                 round_index=ctx.round_index,
@@ -141,6 +151,7 @@ class ShockwavePolicy:
             self._plan_gpus = ctx.num_gpus
             st = self.stats
             st["replans"] += 1
+            st["journal_hits"] += (journal.hits - hits) if journal is not None else 0
             st[self.plan.path] += 1
             st["packing_shortfall"] += self.plan.shortfall
             st["fairness_replans"] += int(self.plan.constrained_jobs > 0)

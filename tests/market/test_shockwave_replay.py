@@ -7,35 +7,19 @@ with the paper's Shockwave and predictor configuration.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from replay.simulate import resolve_run, simulate
+from tests.plan_jobs import ROOT, small_canonical_trace
 
-ROOT = Path(__file__).parents[2]
-CANONICAL = ROOT / "configs" / "data" / "120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace"
 THROUGHPUTS = ROOT / "configs" / "data" / "tacc_throughputs.json"
 NUM_GPUS = 8
 NUM_JOBS = 16
 
 
-def _small_trace(tmp_path: Path) -> Path:
-    lines = [line for line in CANONICAL.read_text().splitlines() if line.strip()][:NUM_JOBS]
-    out = []
-    for line in lines:
-        fields = line.split("\t")
-        fields[5] = str(max(1, int(fields[5]) // 8))  # total steps
-        fields[-1] = str(int(fields[-1]) // 4)  # arrival, seconds
-        out.append("\t".join(fields))
-    path = tmp_path / "small.trace"
-    path.write_text("\n".join(out) + "\n")
-    return path
-
-
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory):
-    trace = _small_trace(tmp_path_factory.mktemp("shockwave_replay"))
+    trace = small_canonical_trace(tmp_path_factory.mktemp("shockwave_replay"), NUM_JOBS)
     spec = resolve_run(None, trace=str(trace), throughputs=str(THROUGHPUTS), num_gpus=NUM_GPUS, policy="shockwave")
     return simulate(spec)
 
