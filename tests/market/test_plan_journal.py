@@ -187,3 +187,22 @@ def test_the_journal_is_refused_for_other_policies(tmp_path):
     with pytest.raises(InputError, match="only Shockwave's re-plans are journaled"):
         resolve_run(None, policy="max_min_fairness", journal=str(tmp_path / "plans.journal"))
     assert not (tmp_path / "plans.journal").exists()
+
+
+def test_the_command_line_names_a_journal_it_cannot_use(tmp_path, capsys):
+    from cli.main import main
+
+    trace = small_canonical_trace(tmp_path, 4)
+    base = ["simulate", "--trace", str(trace), "--throughputs", str(THROUGHPUTS), "--gpus", "8", "--no-progress"]
+    not_a_journal = tmp_path / "notes.txt"
+    not_a_journal.write_text("my notes\n")
+    for argv, message in (
+        ([*base, "--policy", "max_min_fairness", "--journal", str(tmp_path / "j")], "only Shockwave's re-plans"),
+        ([*base, "--policy", "shockwave", "--journal", str(not_a_journal)], "not a plan journal"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err and message in err
+    assert not_a_journal.read_text() == "my notes\n"
+    assert main([*base, "--policy", "shockwave", "--journal", str(tmp_path / "plans.journal")]) == 0
+    assert (tmp_path / "plans.journal").stat().st_size > 0
