@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import msgspec
 import numpy as np
@@ -204,5 +205,8 @@ def test_the_command_line_names_a_journal_it_cannot_use(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err and message in err
     assert not_a_journal.read_text() == "my notes\n"
-    assert main([*base, "--policy", "shockwave", "--journal", str(tmp_path / "plans.journal")]) == 0
-    assert (tmp_path / "plans.journal").stat().st_size > 0
+    journal = ["--policy", "shockwave", "--journal", str(tmp_path / "plans.journal")]
+    assert main([*base, *journal]) == 0
+    assert "from the journal" not in capsys.readouterr().out
+    assert main([*base, *journal]) == 0
+    assert re.search(r"re-plans from the journal\s*│\s*(\d+) of \1 ", capsys.readouterr().out)
