@@ -19,7 +19,7 @@ every cell (the README's suite table) and one of Shockwave's ratios against issu
 targets; ``--from FILE`` prints them from a saved ``--out`` file without replaying; ``--summary
 FILE ...`` compares saved runs made with different ``--set`` overrides (the choice of defaults).
 ``--journal-dir DIR`` keeps each Shockwave cell's re-plans in a plan journal
-(:mod:`market.shockwave.journal`): a cell stopped part way (the reference preset's 900-job replays
+(:mod:`replay.journal`): a cell stopped part way (the reference preset's 900-job replays
 take hours) resumes from its journal when the suite is run again, and its wall time then says how
 many re-plans it read there.
 

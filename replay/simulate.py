@@ -36,7 +36,7 @@ class RunSpec:
     policy: str
     seed: int
     #: a plan journal (``shockwave simulate --journal``): Shockwave's re-plans are read from it
-    #: and appended to it (:mod:`market.shockwave.journal`); None: every re-plan is solved
+    #: and appended to it (:mod:`replay.journal`); None: every re-plan is solved
     journal: Path | None = None
 
 
@@ -97,7 +97,7 @@ async def _run(spec: RunSpec, jobs, table, on_round, elastic=None, journal=None)
     bus.on_undeliverable = lambda dst, msg: None
     policy = spec.config.build_policy(spec.policy, seed=spec.seed)
     if journal is not None:  # resolve_run checked that the policy is Shockwave
-        policy.journal = journal
+        policy.planner = journal.plan_window
     predictor_address = None
     actors = []
     async with asyncio.TaskGroup() as group:
@@ -163,7 +163,7 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
     Raises:
         InputError: bad trace or throughput table (file, line, field named), a job wider than
             the cluster (it could never run), or a plan journal that cannot be used (another
-            planner's, or held by another replay: :class:`market.shockwave.journal.PlanJournal`).
+            planner's, or held by another replay: :class:`replay.journal.PlanJournal`).
         RuntimeError: the replay cannot finish (:class:`actors.clearinghouse.NoJobCanRun` names
             the jobs that can never run), or a round could not be scheduled.
     """
@@ -196,7 +196,7 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
         elastic = ElasticRounds.build(cfg.elastic, cfg.cluster, table, cfg.model_sizes(), spec.num_gpus)
     journal = None
     if spec.journal is not None:
-        from market.shockwave.journal import PlanJournal
+        from replay.journal import PlanJournal
 
         journal = PlanJournal(spec.journal)
     try:
@@ -206,6 +206,7 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
     finally:
         if journal is not None:
             journal.close()
+    out["journal_hits"] = journal.hits if journal is not None else 0
     wall = time.perf_counter() - started
     return build_results(spec, jobs, out, wall)
 
@@ -319,7 +320,7 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "solve_s_p95": float(np.percentile(arr, 95)),
                 "solve_s_max": float(arr.max()),
                 "deadline_misses": int(stats.get("deadline_misses", 0)),
-                "journal_hits": int(stats.get("journal_hits", 0)),
+                "journal_hits": int(out.get("journal_hits", 0)),
                 "packers": dict(Counter(h["packer"] for h in stats.get("history", []))),
                 "solvers": dict(Counter(h.get("solver", "") for h in stats.get("history", []))),
                 "per_replan": stats.get("history", []),

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from market.base import RoundContext
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.tables import PlanJob
 from predictor.predictor import Prediction
 from market.shockwave.planner import plan_window, WindowPlan
-
-if TYPE_CHECKING:  # pragma: no cover
-    from market.shockwave.journal import PlanJournal
 
 
 # ---------------------------------------------------------------------------------- the policy
@@ -33,14 +30,14 @@ class ShockwavePolicy:
             seconds per re-plan; "packing_shortfall": job-rounds dropped; "fairness_replans":
             re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
             constraints summed over re-plans; "objective": list; "deadline_misses": constrained jobs
-            whose placement missed their window-fairness deadline, summed over re-plans; "journal_hits":
-            re-plans read from :attr:`journal`; "history": per re-plan {round, path, packer, solver,
-            constrained_jobs, deadline_misses (job ids)}}. The
+            whose placement missed their window-fairness deadline, summed over re-plans; "history": per
+            re-plan {round, path, packer, solver, constrained_jobs, deadline_misses (job ids)}}. The
             counters count every re-plan; the lists keep at least the newest :data:`STATS_KEPT`
             re-plans and at most twice that, so a long-lived ``serve`` does not grow without bound.
         plan: the cached :class:`WindowPlan` (or None).
-        journal: a :class:`market.shockwave.journal.PlanJournal` (simulation only) that re-plans are
-            read from and appended to, or None (the default): every re-plan is solved.
+        planner: what plans a window: :func:`plan_window` (the default) or a stand-in with its
+            arguments and result (a replay's plan journal, ``replay.journal.PlanJournal.plan_window``,
+            which reads plans solved in an earlier run of the same replay).
         calibration_calls: ``formulation = "reference"``: job id -> calibration calls its planner made
             in the last round (0 where it did not re-plan); the clearinghouse hands them to the
             predictor with the next prediction request. None for the other formulations.
@@ -56,7 +53,7 @@ class ShockwavePolicy:
         self._last_selected: list[int] = []
         self._reopt_counter = 0
         self.calibration_calls: dict[int, int] | None = None  # for the predictor (reference formulation)
-        self.journal: PlanJournal | None = None
+        self.planner: Callable[..., WindowPlan] = plan_window
         self.stats: dict[str, Any] = {
             "replans": 0,
             "constrained": 0,
@@ -68,7 +65,6 @@ class ShockwavePolicy:
             "solve_s": [],
             "objective": [],
             "deadline_misses": 0,
-            "journal_hits": 0,
             "history": [],
         }
 
@@ -135,9 +131,7 @@ class ShockwavePolicy:
             self._reopt_counter += 1  # a round has passed since the last call
         replanned = self._needs_replan(ctx)
         if replanned:
-            journal = self.journal
-            hits = journal.hits if journal is not None else 0
-            self.plan = (journal.plan_window if journal is not None else plan_window)(
+            self.plan = self.planner(
                 self._inputs(ctx),
                 num_gpus=ctx.num_gpus,
                 round_index=ctx.round_index,
@@ -151,7 +145,6 @@ class ShockwavePolicy:
             self._plan_gpus = ctx.num_gpus
             st = self.stats
             st["replans"] += 1
-            st["journal_hits"] += (journal.hits - hits) if journal is not None else 0
             st[self.plan.path] += 1
             st["packing_shortfall"] += self.plan.shortfall
             st["fairness_replans"] += int(self.plan.constrained_jobs > 0)

@@ -19,7 +19,8 @@ wrong) ends the journal: it is cut off when the journal is opened, and the plan 
 solved again. Every record is flushed and fsynced before the replay goes on. One replay at a
 time may hold a journal (an exclusive ``flock``).
 
-Live clusters do not use a journal: their solvers have a wall-clock budget, so the same inputs
+The journal is the replay's (the planner in ``market/`` does no I/O): ``replay.simulate`` hands
+:meth:`PlanJournal.plan_window` to the policy as its ``planner``. Live clusters do not use one: their solvers have a wall-clock budget, so the same inputs
 need not give the same plan.
 """
 
@@ -46,8 +47,7 @@ log = structlog.get_logger()
 
 #: the journal's record format; a journal of another format is refused
 FORMAT = 1
-#: the planner's own files (relative to the project root): a change to any of them changes the header.
-#: This file is not among them: it stores plans and computes none (:data:`FORMAT` covers its format).
+#: the planner's own files (relative to the project root): a change to any of them changes the header
 PLANNER_SOURCES = ("market/shockwave", "market/solver.py")
 #: libraries whose version can change a plan
 PLANNER_LIBRARIES = ("cvxpy", "highspy", "numpy", "scipy", "msgspec")
@@ -69,15 +69,12 @@ class _Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 def planner_digest() -> str:
     """SHA-256 (hex) of the planner's source files (:data:`PLANNER_SOURCES`, ``.py`` files in name
-    order, this one left out) and of the installed versions of :data:`PLANNER_LIBRARIES`."""
-    here = Path(__file__).resolve()
-    root = here.parents[2]
+    order) and of the installed versions of :data:`PLANNER_LIBRARIES`."""
+    root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     for source in PLANNER_SOURCES:
         path = root / source
         for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            if file.name == here.name and file.parent == here.parent:
-                continue
             h.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
     for name in PLANNER_LIBRARIES:
         try:
