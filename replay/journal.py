@@ -110,8 +110,9 @@ class PlanJournal:
         dropped_bytes: bytes of a torn last record cut off when it was opened (0 if none).
 
     Raises (on opening):
-        InputError: the file is not a plan journal, was written by other planner code or another
-            format, or another replay holds it.
+        InputError: the file cannot be opened for appending (a folder, no permission), is not a
+            plan journal, was written by other planner code or another format, or another replay
+            holds it.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -121,8 +122,11 @@ class PlanJournal:
         self.dropped_bytes = 0
         self._plans: dict[bytes, WindowPlan] = {}
         self._digest = planner_digest()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a+b")  # noqa: SIM115 - held until close()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a+b")  # noqa: SIM115 - held until close()
+        except OSError as err:
+            raise InputError(str(self.path), f"cannot open the plan journal: {err.strerror or err}") from None
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -198,6 +198,7 @@ def test_the_command_line_names_a_journal_it_cannot_use(tmp_path, capsys):
     for argv, message in (
         ([*base, "--policy", "max_min_fairness", "--journal", str(tmp_path / "j")], "only Shockwave's re-plans"),
         ([*base, "--policy", "shockwave", "--journal", str(not_a_journal)], "not a plan journal"),
+        ([*base, "--policy", "shockwave", "--journal", str(tmp_path)], "cannot open the plan journal"),
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
