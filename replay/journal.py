@@ -20,8 +20,8 @@ solved again. Every record is flushed and fsynced before the replay goes on. One
 time may hold a journal (an exclusive ``flock``).
 
 The journal is the replay's (the planner in ``market/`` does no I/O): ``replay.simulate`` hands
-:meth:`PlanJournal.plan_window` to the policy as its ``planner``. Live clusters do not use one: their solvers have a wall-clock budget, so the same inputs
-need not give the same plan.
+:meth:`PlanJournal.plan_window` to the policy as its ``planner``. Live clusters do not use one:
+their solvers have a wall-clock budget, so the same inputs need not give the same plan.
 """
 
 from __future__ import annotations
