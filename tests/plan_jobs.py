@@ -26,6 +26,8 @@ def random_jobs(rng: np.random.Generator, n: int, widths=(1, 2, 4), now: float =
 
 ROOT = Path(__file__).parents[1]
 CANONICAL = ROOT / "configs" / "data" / "120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace"
+#: the canonical trace's throughput table (replay :func:`small_canonical_trace` with it)
+THROUGHPUTS = ROOT / "configs" / "data" / "tacc_throughputs.json"
 
 
 def small_canonical_trace(folder: Path, num_jobs: int) -> Path:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import pytest
 
 from replay.simulate import resolve_run, simulate
-from tests.plan_jobs import ROOT, small_canonical_trace
+from tests.plan_jobs import small_canonical_trace, THROUGHPUTS
 
-THROUGHPUTS = ROOT / "configs" / "data" / "tacc_throughputs.json"
 NUM_GPUS = 8
 NUM_JOBS = 16
 

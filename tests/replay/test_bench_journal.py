@@ -6,7 +6,7 @@ import pytest
 import structlog
 
 from tests.bench_modules import load_benchmark
-from tests.plan_jobs import ROOT, small_canonical_trace
+from tests.plan_jobs import small_canonical_trace, THROUGHPUTS
 
 bench_suite = load_benchmark("bench_suite")
 
@@ -20,7 +20,7 @@ def _structlog_kept():
 
 def test_a_cell_rerun_reads_its_journal_and_says_so(tmp_path):
     trace = {"name": "small", "path": str(small_canonical_trace(tmp_path, 8)), "gpus": 8,
-             "throughputs_path": str(ROOT / "configs" / "data" / "tacc_throughputs.json")}
+             "throughputs_path": str(THROUGHPUTS)}
     journals = tmp_path / "journals"
     preset = "shockwave@configs/shockwave_reference.toml"
     first = bench_suite._cell(trace, preset, [], str(journals))

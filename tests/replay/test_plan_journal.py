@@ -14,10 +14,9 @@ import replay.journal as journal_module
 from market.shockwave import ShockwaveConfig, plan_window
 from replay.journal import PlanJournal, plan_key
 from replay.simulate import resolve_run, simulate
-from tests.plan_jobs import random_jobs, ROOT, small_canonical_trace
+from tests.plan_jobs import random_jobs, ROOT, small_canonical_trace, THROUGHPUTS
 from workloads.errors import InputError
 
-THROUGHPUTS = ROOT / "configs" / "data" / "tacc_throughputs.json"
 ARGS = dict(num_gpus=8, round_index=7, now_s=1000.0, round_duration_s=120.0, config=ShockwaveConfig(),
             running=[1, 3], restart_s={1: 0.0, 2: 30.0})
 
