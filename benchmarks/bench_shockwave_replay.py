@@ -118,6 +118,7 @@ def main() -> None:
     print(f"policy total  {r['policy_wall_s_total']:.1f} s over {r['num_rounds']} rounds")
     print(f"packers       {rp.get('packers', {})}; deadline misses {rp.get('deadline_misses', 0)} "
           f"(constrained jobs placed past their window-fairness deadline, summed over re-plans)")
+    print(f"limit stops   {rp.get('limit_stops', 0)} solves stopped at the node limit (best solution kept)")
     rows = [
         ("makespan", r["makespan_s"], PUBLISHED["makespan_s"], "{:,.1f} s"),
         ("avg JCT", r["avg_jct_s"], PUBLISHED["avg_jct_s"], "{:,.1f} s"),

@@ -50,6 +50,9 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
     replans = results.get("replans") or {}
     journal = ([("re-plans from the journal", f"{replans['journal_hits']} of {replans['total']} (solved in an earlier run)")]
                if replans.get("journal_hits") else [])
+    if replans.get("limit_stops"):
+        limit = results.get("config", {}).get("shockwave", {}).get("node_limit")
+        journal.append(("solves stopped at a limit", f"{replans['limit_stops']} (best solution kept; node limit {limit})"))
     return [
         ("policy", results["policy"]),
         ("jobs / GPUs", f"{results['num_jobs']} / {results['num_gpus']}"),

@@ -9,15 +9,20 @@ deterministic limit); in live mode a wall-clock time budget is added.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 #: the largest solver seed: HiGHS's ``random_seed`` range (and the runs' seeds, which seed it)
 SEED_MAX = 2**31 - 1
 
-__all__ = ["MILP_SOLVERS", "available_milp_solvers", "choose_solver", "quiet_highs_banner", "solver_options"]
+__all__ = ["LIMIT_STATUSES", "MILP_SOLVERS", "available_milp_solvers", "choose_solver", "counting_limit_stops",
+           "quiet_highs_banner", "solve", "solver_options"]
 
 #: MILP-capable solvers this project supports, in default order of preference.
 MILP_SOLVERS: tuple[str, ...] = ("HIGHS", "SCIP")
@@ -152,3 +157,41 @@ def solver_options(
             params["limits/time"] = float(time_limit_s)
         return {"scip_params": params}
     raise ValueError(f"unsupported MILP solver {name!r}")
+
+
+#: cvxpy statuses of a solve that a limit stopped before it proved its gap, with its best solution
+#: kept: HiGHS's node, time and solution limits map to "user_limit"; SCIP's to "optimal_inaccurate"
+LIMIT_STATUSES: tuple[str, ...] = ("user_limit", "optimal_inaccurate")
+
+_limit_stops: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("limit_stops", default=None)
+
+
+def solve(problem: Any, solver: str, options: dict[str, Any]) -> str:
+    """``problem.solve(solver=solver, **options)``; returns cvxpy's status.
+
+    A solve that a limit stopped (``LIMIT_STATUSES``: the node limit in simulation, the time budget
+    live) keeps its best solution. cvxpy then warns "Solution may be inaccurate. Try another
+    solver ..." on stderr, which says neither which solve nor why; that warning is dropped here and
+    the stop is counted instead, in the list of the innermost :func:`counting_limit_stops`.
+    Solver errors propagate.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Solution may be inaccurate", category=UserWarning)
+        problem.solve(solver=solver, **options)
+    status = str(problem.status)
+    stops = _limit_stops.get()
+    if stops is not None and status in LIMIT_STATUSES:
+        stops.append(status)
+    return status
+
+
+@contextlib.contextmanager
+def counting_limit_stops() -> Iterator[list[str]]:
+    """Collect the status of every :func:`solve` in this context (this thread or task) that a limit
+    stopped; the list yielded grows as they happen."""
+    stops: list[str] = []
+    token = _limit_stops.set(stops)
+    try:
+        yield stops
+    finally:
+        _limit_stops.reset(token)

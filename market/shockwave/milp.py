@@ -10,6 +10,7 @@ import structlog
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.levels import solve_by_levels
 from market.shockwave.tables import LeftoverPenalty, Tables, wide_job_rows, width_classes
+from market.solver import solve
 
 
 log = structlog.get_logger()
@@ -78,7 +79,7 @@ def rank_milp(
     problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(cost, x))), cons)
     solver, opts = _solver_and_options(config)
     try:
-        problem.solve(solver=solver, **opts)
+        solve(problem, solver, opts)
     except Exception as err:  # noqa: BLE001
         log.warning("shockwave_rank_milp_failed", reason=f"{type(err).__name__}: {err}")
         return None
@@ -203,7 +204,7 @@ def solve_counts(
     problem = cp.Problem(cp.Maximize(a @ y - penalty), cons)
     solver, opts = _solver_and_options(config)
     try:
-        problem.solve(solver=solver, **opts)
+        solve(problem, solver, opts)
     except Exception as err:  # noqa: BLE001 - any solver error becomes a logged fallback
         raise SolverFailure(f"{solver} raised {type(err).__name__}: {err}") from err
     if problem.status in ("infeasible", "infeasible_inaccurate"):

@@ -17,6 +17,7 @@ from market.shockwave.packing import (greedy_counts, pack_contiguous, pack_count
                                      work_conserve)
 from market.shockwave.milp import rank_milp, solve_counts, SolverFailure
 from market.shockwave.reference_model import CalibrationCalls, plan_reference, work_conserve_reference
+from market.solver import counting_limit_stops
 
 
 log = structlog.get_logger()
@@ -53,6 +54,9 @@ class WindowPlan:
         planner makes for the job in this re-plan
         (:class:`market.shockwave.reference_model.CalibrationCalls`; the predictor advances its
         calibration by them). None otherwise.
+    limit_stops: solver calls of this re-plan that a limit stopped before they proved the gap
+        (``node_limit``; live also ``time_limit_s``), whose best solution was used
+        (:func:`market.solver.solve`). 0 where every solve finished.
     """
 
     start_round: int
@@ -71,6 +75,7 @@ class WindowPlan:
     deadlines: dict[int, int] = field(default_factory=dict)
     solver: str = ""
     calibration_calls: dict[int, int] | None = None
+    limit_stops: int = 0
 
 
 # ---------------------------------------------------------------------------------- plan_window
@@ -124,17 +129,21 @@ def plan_window(
                       restart_s=restart)
     N = len(tables.ids)
     t0 = time.perf_counter()
-    if calls is not None:
-        x, path, reason, solver, packer, shortfall, priority = _reference_path(
-            tables, jobs, calls, num_gpus=num_gpus, round_index=round_index, now_s=now_s,
-            round_duration_s=round_duration_s, config=config)
-        deadlines = False
-    else:
-        x, path, reason, solver, packer, shortfall = _solve_and_pack(
-            tables, num_gpus=num_gpus, round_index=round_index, config=config, running=running)
-        deadlines = path == "constrained"
-        priority = tables.priority
+    with counting_limit_stops() as stops:
+        if calls is not None:
+            x, path, reason, solver, packer, shortfall, priority = _reference_path(
+                tables, jobs, calls, num_gpus=num_gpus, round_index=round_index, now_s=now_s,
+                round_duration_s=round_duration_s, config=config)
+            deadlines = False
+        else:
+            x, path, reason, solver, packer, shortfall = _solve_and_pack(
+                tables, num_gpus=num_gpus, round_index=round_index, config=config, running=running)
+            deadlines = path == "constrained"
+            priority = tables.priority
     solve_s = time.perf_counter() - t0
+    if stops:
+        log.info("shockwave_solver_limit", round_index=round_index, solves=len(stops), node_limit=config.node_limit,
+                 time_limit_s=config.time_limit_s if config.live else None)
     # the numpy re-check: deadlines (reported; no packer above may hide a miss) and capacity (below)
     misses = [tables.ids[j] for j in missed_deadlines(x, tables)] if deadlines else []
     if misses:
@@ -173,6 +182,7 @@ def plan_window(
         deadlines=deadlines,
         solver=solver,
         calibration_calls={ids[j]: calls[j].calls for j in range(N)} if calls is not None else None,
+        limit_stops=len(stops),
     )
 
 

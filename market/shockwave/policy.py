@@ -30,8 +30,9 @@ class ShockwavePolicy:
             seconds per re-plan; "packing_shortfall": job-rounds dropped; "fairness_replans":
             re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
             constraints summed over re-plans; "objective": list; "deadline_misses": constrained jobs
-            whose placement missed their window-fairness deadline, summed over re-plans; "history": per
-            re-plan {round, path, packer, solver, constrained_jobs, deadline_misses (job ids)}}. The
+            whose placement missed their window-fairness deadline, summed over re-plans; "limit_stops":
+            solver calls a limit stopped (``WindowPlan.limit_stops``), summed; "history": per re-plan
+            {round, path, packer, solver, constrained_jobs, deadline_misses (job ids), limit_stops}}. The
             counters count every re-plan; the lists keep at least the newest :data:`STATS_KEPT`
             re-plans and at most twice that, so a long-lived ``serve`` does not grow without bound.
         plan: the cached :class:`WindowPlan` (or None).
@@ -65,6 +66,7 @@ class ShockwavePolicy:
             "solve_s": [],
             "objective": [],
             "deadline_misses": 0,
+            "limit_stops": 0,
             "history": [],
         }
 
@@ -152,10 +154,12 @@ class ShockwavePolicy:
             st["solve_s"].append(self.plan.solve_s)
             st["objective"].append(self.plan.objective)
             st["deadline_misses"] += len(self.plan.deadline_misses)
+            st["limit_stops"] += self.plan.limit_stops
             st["history"].append({"round": ctx.round_index, "path": self.plan.path, "packer": self.plan.packer,
                                   "solver": self.plan.solver,
                                   "constrained_jobs": self.plan.constrained_jobs,
-                                  "deadline_misses": list(self.plan.deadline_misses)})
+                                  "deadline_misses": list(self.plan.deadline_misses),
+                                  "limit_stops": self.plan.limit_stops})
             for key in ("solve_s", "objective", "history"):
                 if len(st[key]) >= 2 * STATS_KEPT:  # a long-lived serve: keep the newest, amortised
                     del st[key][:-STATS_KEPT]

@@ -120,6 +120,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
     from cvxpy.settings import SOLUTION_PRESENT
 
     from market.shockwave.milp import SolverFailure, _solver_and_options
+    from market.solver import solve
 
     solver, options = _solver_and_options(config)
     args = (tables.width, np.array([max(1, int(j.num_epochs)) for j in jobs]),
@@ -130,7 +131,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
     if not tables.infeasible:
         problem, x = build_window_model(*args, None, **kw)
         try:
-            problem.solve(solver=solver, **options)
+            solve(problem, solver, options)
         except Exception as err:  # noqa: BLE001 - the fallback follows, as in the reference
             reason = f"fairness constraints: {solver} raised {type(err).__name__}: {err}"
         else:
@@ -145,7 +146,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
                                       round_duration_s=round_duration_s, config=config)
     problem, x = build_window_model(*args, priorities, **kw)
     try:
-        problem.solve(solver=solver, **options)
+        solve(problem, solver, options)
     except Exception as err:  # noqa: BLE001
         raise SolverFailure(f"{solver} raised {type(err).__name__}: {err}") from err
     if x.value is None:
@@ -156,7 +157,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
     if any(c > 0 for c in counts):
         rank, y, order = build_rank_model(values, counts, priorities, tables.width, num_gpus)
         try:
-            rank.solve(solver=solver, **options)
+            solve(rank, solver, options)
         except Exception:  # noqa: BLE001 - the reference keeps the fallback's rounds
             pass
         else:

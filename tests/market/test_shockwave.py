@@ -468,7 +468,7 @@ def test_policy_counts_deadline_misses_and_packers(monkeypatch):
                             predictions=preds))
     assert pol.stats["deadline_misses"] == 1
     assert pol.stats["history"] == [{"round": 0, "path": "constrained", "packer": "urgency", "solver": "HIGHS",
-                                     "constrained_jobs": 1, "deadline_misses": [1]}]
+                                     "constrained_jobs": 1, "deadline_misses": [1], "limit_stops": 0}]
 
 
 def test_a_job_whose_epochs_are_counted_but_not_its_steps_still_gains_from_a_round():
