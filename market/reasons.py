@@ -11,7 +11,7 @@ Reason codes (:data:`REASON_CODES`), for a job that runs:
 ``fairness``            the plan runs it now and its finish-time-fairness constraint needs these
                         rounds (Shockwave "constrained" path, §4.7: ``n_min`` rounds before the
                         window round ``D_j``)
-``plan``                the market's plan runs it now (Nash social welfare, §4.6)
+``plan``                the market's plan runs it now (its welfare over the window, §4.6)
 ``kept``                the plan runs it now and it ran in the previous round: restart-aware
                         packing keeps a running job in place (``preempt_margin``)
 ``work_conservation``   the market did not plan it now, but GPUs would idle: work conservation
@@ -149,7 +149,7 @@ def _shockwave(policy: Any, index: dict[int, list[int]], ctx: RoundContext, job_
         elif ran:
             code, text = "kept", "planned now and already running: restart-aware packing keeps it in place"
         else:
-            code, text = "plan", "the market's plan (Nash social welfare over the window) runs it now"
+            code, text = "plan", "the market's plan (its welfare over the window) runs it now"
         return JobReason(code=code, text=text, running=True, **fields)
     later = [p for p in planned if p > r]
     if ran:

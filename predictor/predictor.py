@@ -110,14 +110,15 @@ class PredictorConfig:
         finish-time fairness metric (§6) uses the trace's N / G throughout. Under the projection
         ``[shockwave] projection = "departures"`` "active" met as many development-suite targets,
         but fewer on both held-out suites (README, fourth round of "Choosing the defaults").
-    profile_rounding: "whole_seconds" (the reference, §4.2, and the default: each profiled epoch
-        duration rounded to whole seconds, at least 1) or "none" (ours: as profiled). With rounding,
-        jobs whose epochs last a few seconds (Recommendation) are predicted up to 26 % short or long
-        for their whole life, since the calibration corrects only gaps over
-        ``calibration_threshold`` (40 %). On the development suite "none" lowers the prediction
-        error (MAPE) on every trace, 15.4 % to 12.3 % on average (session 19), but the schedules met
-        no more targets and were a little less fair by the suite's rule, so the default stays the
-        reference's (README, seventh round of "Choosing the defaults").
+    profile_rounding: "none" (ours, the default since session 29: as profiled) or
+        "whole_seconds" (the reference, §4.2: each profiled epoch duration rounded to whole
+        seconds, at least 1). With rounding, jobs whose epochs last a few seconds (Recommendation)
+        are predicted up to 26 % short or long for their whole life, since the calibration corrects
+        only gaps over ``calibration_threshold`` (40 %). On the development suite "none" lowers the
+        prediction error (MAPE) on every trace, 15.4 % to 12.3 % on average (session 19). Alone it
+        ranked behind the reference's rounding; chosen in session 29 together with
+        ``[shockwave] utility = "alpha_fair"``, ``alpha = 0.6`` and ``lam = 14`` (README, fifteenth
+        round of "Choosing the defaults").
     reference_float_order: compute the fair-share target, the posterior and the elapsed epoch time
         in the reference's order of floating-point operations (running sums, Python's ``sum``), so
         that they equal the reference's bit for bit (the reference preset; the results differ only in
@@ -131,7 +132,7 @@ class PredictorConfig:
     unknown_epoch_s: float = 60.0
     reference_float_order: bool = False
     contention: str = "peak"
-    profile_rounding: str = "whole_seconds"
+    profile_rounding: str = "none"
 
     def __post_init__(self) -> None:
         choices = (("profile_rounding", ("none", "whole_seconds")), ("contention", ("active", "peak", "submitted")),

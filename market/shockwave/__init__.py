@@ -5,14 +5,15 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
 - Each job j gets n_j in {0..F} rounds of the window. Its planned run time is
   min(n_j L, (E_j - p_j) d̄_j), its normalised progress u_j = (p_j + planned / d̄_j) / E_j and its
   leftover after the window max(0, R_j - planned) (§4.6).
-- Objective (maximise): sum_j P_j log(u_j) / (N F) - k z - makespan_k max(0, z - spare), with
-  z = max_j leftover_j: the Nash social welfare of normalised progress minus a charge on the
-  largest predicted leftover. The reference has the k term only; ``makespan_k`` (ours) charges the
+- Objective (maximise): sum_j P_j U(u_j) / (N F) - k z - makespan_k max(0, z - spare), with
+  z = max_j leftover_j: a welfare of normalised progress minus a charge on the largest predicted
+  leftover. U is the log in the reference (the Nash social welfare); by default (ours, since
+  session 29) the alpha-fair utility with alpha = 0.6 (below). The reference has the k term only; ``makespan_k`` (ours) charges the
   part of z beyond a margin under the work bound, spare = theta sum_j w_j R_j / G - F L
   (``Tables.spare_leftover``, theta = ``work_bound_fraction``).
   ``log`` is the true log with log(0) := log(1e-6) (the reference's origin), tabulated for every
   n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
-  ``log_approximation_bases`` instead, and ``utility="alpha_fair"`` (ours, opt-in) the alpha-fair
+  ``log_approximation_bases`` instead, and ``utility="alpha_fair"`` (ours, the default) the alpha-fair
   utility (u^(1 - alpha) - 1) / (1 - alpha) (Mo and Walrand, IEEE/ACM ToN 2000; the log at
   alpha = 1). ``excess_k`` (ours, opt-in) also charges each job's own leftover beyond spare,
   excess_k max(0, leftover_j - spare) in the units of P_j U_j (:func:`milp._coefficients`).

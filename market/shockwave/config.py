@@ -42,20 +42,21 @@ class ShockwaveConfig:
         moment, any round they lose (to a job's window deadline, a wide job's packing) or any
         remaining time predicted short ends the run on a cluster of a few long jobs (d240-accordion-48gpu:
         idle GPUs worth 4,282 s of its 49,188 s makespan at 1.0).
-    lam: exponent of the fairness priority rho^lam (the reference's 12; on the development suite,
-        benchmarks/suite/dev_suite.toml, it met one target more than 8, 10, 16 and 24 with the
-        project's other defaults of session 15, and as many as 8 and 16, with lower unfair
-        fractions, under ``projection = "departures"``).
+    lam: exponent of the fairness priority rho^lam (the reference's 12; ours 14, chosen on the
+        development suite, benchmarks/suite/dev_suite.toml, together with ``utility = "alpha_fair"``,
+        ``alpha = 0.6`` and unrounded profiles, ``[predictor] profile_rounding = "none"``: README,
+        fifteenth round of "Choosing the defaults").
     rhomax: allowed ratio to the fair-share finish-time target.
     future_rounds: F, window length in rounds.
     reopt_rounds: periodic re-plan interval in rounds (reference: 8).
     log_approximation_bases: break points of the reference's piecewise-linear log (``utility="pwl"``).
-    utility: "log" (true log), "pwl" (the reference's interpolation) or "alpha_fair" (ours: the
-        alpha-fair utility (u^(1 - alpha) - 1) / (1 - alpha) of Mo and Walrand (IEEE/ACM ToN 2000),
-        log u at alpha = 1; alpha < 1 values a round of a job with little progress less against one
-        more round of a job well on, so the market spreads its rounds over fewer jobs at a time).
+    utility: "alpha_fair" (ours, the default since session 29: the alpha-fair utility
+        (u^(1 - alpha) - 1) / (1 - alpha) of Mo and Walrand (IEEE/ACM ToN 2000), log u at
+        alpha = 1; alpha < 1 values a round of a job with little progress less against one more
+        round of a job well on, so the market spreads its rounds over fewer jobs at a time), "log"
+        (true log, the default before) or "pwl" (the reference's interpolation).
     alpha: the alpha of ``utility = "alpha_fair"`` (> 0; 1 is log, larger is fairer, smaller more
-        utilitarian).
+        utilitarian; default 0.6, chosen with ``lam``).
     formulation: "round_count" (default), "time_indexed" or "reference" (the reference's own
         time-indexed model, fallback and rank MILP, laid out so that the solver receives the same
         problem as the reference's: :mod:`market.shockwave.reference_model`; needs the reference's
@@ -159,13 +160,13 @@ class ShockwaveConfig:
     k: float = 0.0
     makespan_k: float = 0.03
     excess_k: float = 0.0
-    lam: float = 12.0
+    lam: float = 14.0
     rhomax: float = 1.0
     future_rounds: int = 20
     reopt_rounds: int = 8
     log_approximation_bases: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    utility: str = "log"
-    alpha: float = 1.0
+    utility: str = "alpha_fair"
+    alpha: float = 0.6
     formulation: str = "round_count"
     solver: str = "auto"
     rel_gap: float = 1e-3

@@ -336,12 +336,13 @@ def test_window_fairness_constrains_only_targets_inside_the_window():
 
 # ---------------------------------------------------------------------------------- restart cost
 def test_restart_cost_lengthens_a_restarting_jobs_plan_only():
-    # Priorities 1 (priority_floor 1: both jobs are on time, and P is not the point here).
+    # Priorities 1 (priority_floor 1: both jobs are on time, and P is not the point here); the log utility.
     # Job 0 has 90 s left (one 100 s round); a 20 s restart makes it two rounds, and its first
     # 20 planned seconds make no progress. Job 1 is the same but keeps running: never charged.
     jobs = [Job(0, 1, 10, 1, 90.0, 10.0, 1e5), Job(1, 1, 10, 1, 90.0, 10.0, 1e5)]
-    free = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4, priority_floor=1.0))
-    charged = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4, priority_floor=1.0),
+    free = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0, config=ShockwaveConfig(future_rounds=4, priority_floor=1.0, utility="log"))
+    charged = tabulate(jobs, num_gpus=2, now_s=0.0, round_duration_s=100.0,
+                       config=ShockwaveConfig(future_rounds=4, priority_floor=1.0, utility="log"),
                        restart_s=np.array([20.0, 0.0]))
     assert list(free.n_max) == [1, 1] and list(charged.n_max) == [2, 1]
     assert charged.leftover[0, 1] == pytest.approx(10.0) and charged.leftover[1, 1] == 0.0
@@ -535,7 +536,7 @@ def test_rho_counts_from_the_arrival_or_from_the_trace_start():
 
     def tables(rho_from: str):
         return tabulate([job], num_gpus=1, now_s=10_500.0, round_duration_s=100.0,
-                        config=ShockwaveConfig(future_rounds=4, rho_from=rho_from))
+                        config=ShockwaveConfig(future_rounds=4, rho_from=rho_from, lam=12.0))
 
     arrival, reference = tables("arrival"), tables("trace_start")
     assert arrival.rho[0] == pytest.approx((10_500.0 + 500.0 - 9_000.0) / 1_000.0)  # JCT 2,000 s / 1,000 s
@@ -582,7 +583,7 @@ def test_priority_floor_ranks_the_jobs_on_time_by_their_slack():
     # one GPU, rho = (now + R - arrival) / (target - arrival) running alone: 0.2, 0.5, 0.9, 1.5
     jobs = [plan_input(j, 1, 10, 0, r, 10.0, 1_000.0) for j, r in enumerate((200.0, 500.0, 900.0, 1_500.0))]
     table = {f: tabulate(jobs, num_gpus=1, now_s=0.0, round_duration_s=100.0,
-                         config=ShockwaveConfig(future_rounds=4, projection="alone", priority_floor=f))
+                         config=ShockwaveConfig(future_rounds=4, projection="alone", priority_floor=f, lam=12.0))
              for f in (1.0, 0.8, 0.4)}
     assert table[1.0].priority == pytest.approx([1.0, 1.0, 1.0, 1.5 ** 12])  # the reference: 1 until late
     assert table[0.8].priority == pytest.approx([0.8 ** 12, 0.8 ** 12, 0.9 ** 12, 1.5 ** 12])

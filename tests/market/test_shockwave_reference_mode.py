@@ -131,10 +131,10 @@ def test_the_preset_holds_the_reference_values():
     assert preset.predictor.calibration_clock == "rounds" != paper.predictor.calibration_clock
     assert preset.predictor.reference_float_order and not paper.predictor.reference_float_order
     assert preset.predictor.contention == "active" != paper.predictor.contention
-    # whole-second profiled epochs (§4.2): the reference's and the default
-    assert preset.predictor.profile_rounding == "whole_seconds" == paper.predictor.profile_rounding
+    # whole-second profiled epochs (§4.2): the reference's; the project's default profiles as profiled
+    assert preset.predictor.profile_rounding == "whole_seconds" != paper.predictor.profile_rounding
     assert dataclasses.replace(preset.predictor, calibration_clock="run", reference_float_order=False,
-                               contention="peak") == paper.predictor
+                               contention="peak", profile_rounding="none") == paper.predictor
 
 
 @pytest.mark.slow
