@@ -48,11 +48,12 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
         elastic = [("restarts / job", f"{results['restarts_per_job']:.2f} ({results['restart_s_total']:,.0f} s in all)"),
                    ("leases on fewest nodes", "—" if share is None else f"{100 * share:.1f} %")]
     replans = results.get("replans") or {}
-    journal = ([("re-plans from the journal", f"{replans['journal_hits']} of {replans['total']} (solved in an earlier run)")]
-               if replans.get("journal_hits") else [])
+    planner = []  # Shockwave: re-plans read from a plan journal, solves a limit stopped
+    if replans.get("journal_hits"):
+        planner.append(("re-plans from the journal", f"{replans['journal_hits']} of {replans['total']} (solved in an earlier run)"))
     if replans.get("limit_stops"):
         limit = results.get("config", {}).get("shockwave", {}).get("node_limit")
-        journal.append(("solves stopped at a limit", f"{replans['limit_stops']} (best solution kept; node limit {limit})"))
+        planner.append(("solves stopped at a limit", f"{replans['limit_stops']} (best solution kept; node limit {limit})"))
     return [
         ("policy", results["policy"]),
         ("jobs / GPUs", f"{results['num_jobs']} / {results['num_gpus']}"),
@@ -68,7 +69,7 @@ def summary_rows(results: dict) -> list[tuple[str, str]]:
         ("policy time / round", f"{1000 * results['policy_wall_s_per_round_p50']:.2f} ms p50, "
          f"{1000 * results['policy_wall_s_per_round_max']:.1f} ms max"),
         ("wall time", f"{results['wall_time_s']:.2f} s"),
-        *journal,
+        *planner,
     ]
 
 

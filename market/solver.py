@@ -160,8 +160,10 @@ def solver_options(
 
 
 #: cvxpy statuses of a solve that a limit stopped before it proved its gap, with its best solution
-#: kept: HiGHS's node, time and solution limits map to "user_limit"; SCIP's to "optimal_inaccurate"
-LIMIT_STATUSES: tuple[str, ...] = ("user_limit", "optimal_inaccurate")
+#: kept: HiGHS's node, time and solution limits map to "user_limit". SCIP's node and time limits map
+#: to "optimal_inaccurate", as does its normal finish at the requested gap ("gaplimit"), so a SCIP
+#: status cannot tell a stop from a finish and SCIP's stops are not counted.
+LIMIT_STATUSES: tuple[str, ...] = ("user_limit",)
 
 _limit_stops: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("limit_stops", default=None)
 
