@@ -15,7 +15,7 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
   ``log_approximation_bases`` instead, and ``utility="alpha_fair"`` (ours, the default) the alpha-fair
   utility (u^(1 - alpha) - 1) / (1 - alpha) (Mo and Walrand, IEEE/ACM ToN 2000; the log at
-  alpha = 1). ``excess_k`` (ours, opt-in) also charges each job's own leftover beyond spare,
+  alpha = 1). ``excess_k`` (ours, 1e-5 by default since session 30) also charges each job's own leftover beyond spare,
   excess_k max(0, leftover_j - spare) in the units of P_j U_j (:func:`milp._coefficients`).
 - P_j is the fallback priority of §4.7: rho_j^lam when the projected ratio
   rho_j = (now + T_j - a_j) / (FTobj_j - a_j) exceeds rhomax (rho_j^100 when also R_j < L),

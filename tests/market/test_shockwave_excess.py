@@ -12,24 +12,24 @@ from market.shockwave.milp import _coefficients
 # One GPU, one 200 s round. Job 0 is long: 500 of 1,000 100-s epochs in, 50,000 s left, so a round
 # moves it from u = 0.5 to 0.502 (log gain 0.004); job 1 is 6 of 10 epochs in (0.6 -> 0.8, 0.288).
 # Work bound W = 50,400 s, spare = 0.85 W - 200 = 42,640 s: job 0's leftover is 7,360 s beyond it
-# without the round and 7,160 s with it. k = makespan_k = 0 and P = 1 on time (priority_floor 1);
-# excess_k 0 unless a test sets it (the default is 1e-5).
+# without the round and 7,160 s with it. k = makespan_k = excess_k = 0 (the default excess_k is 1e-5)
+# unless a test sets it, and P = 1 on time (priority_floor 1).
 LONG = plan_input(0, 1, 1000, 500, 50_000.0, 100.0, 1e7)
-BASE = dict(future_rounds=1, makespan_k=0.0, k=0.0, priority_floor=1.0)
+BASE = dict(future_rounds=1, makespan_k=0.0, k=0.0, excess_k=0.0, priority_floor=1.0)
 
 
 def _counts(jobs, **knobs):
     plan = plan_window(jobs, num_gpus=1, round_index=0, now_s=0.0, round_duration_s=200.0,
-                       config=ShockwaveConfig(**{**BASE, "excess_k": 0.0, **knobs}))
+                       config=ShockwaveConfig(**{**BASE, **knobs}))
     return plan.counts
 
 
 def test_the_charge_enters_each_jobs_coefficients():
     jobs = [LONG, plan_input(1, 1, 10, 6, 400.0, 100.0, 1e7)]
-    config = ShockwaveConfig(**BASE, excess_k=0.01)
+    config = ShockwaveConfig(**{**BASE, "excess_k": 0.01})
     tables = tabulate(jobs, num_gpus=1, now_s=0.0, round_duration_s=200.0, config=config)
     assert tables.spare_leftover == pytest.approx(42_640.0)
-    plain, _, _, _ = _coefficients(tables, ShockwaveConfig(**BASE, excess_k=0.0))
+    plain, _, _, _ = _coefficients(tables, ShockwaveConfig(**BASE))
     charged, _, _, _ = _coefficients(tables, config)
     # 0.2 ks less excess for job 0's round, at 10 per ks; job 1 has no excess
     np.testing.assert_allclose(charged - plain, [[0.0, 2.0], [0.0, 0.0]], atol=1e-9)
