@@ -294,6 +294,108 @@ def _swap_for(j: int, x: np.ndarray, free: np.ndarray, width: np.ndarray, due: n
     return None
 
 
+def _row_starts(rows: np.ndarray, running: np.ndarray) -> np.ndarray:
+    """Starts per row of ``rows`` (..., F) bool, the round before the window given by ``running`` (...)."""
+    before = np.concatenate([running[..., None], rows[..., :-1]], axis=-1)
+    return (rows & ~before).sum(axis=-1)
+
+
+def fewer_starts(x: np.ndarray, width: np.ndarray, running: np.ndarray, num_gpus: int,
+                 deadline: np.ndarray | None = None, n_min: np.ndarray | None = None,
+                 max_steps: int | None = None, precedence: np.ndarray | None = None) -> np.ndarray:
+    """The placement ``x`` with fewer GPU starts: counts, capacity and deadlines kept (ours).
+
+    Local search: each step makes the change that starts the fewest GPUs, among
+    - a move: job j leaves round t for a round t' where it is absent and that has w_j free GPUs;
+    - a swap: job j leaves t for t' and a job k of the same width leaves t' for t;
+    and stops when no change starts fewer (or after ``max_steps``, default N F). Between changes
+    that start as many GPUs, one that moves a job that was running (before the window) earlier wins,
+    each round earlier 1 / (4 F) of a GPU start, which never outweighs one: two such jobs trade
+    their rounds in steps that each start as many GPUs before the last starts fewer (the running job
+    first, as :func:`pack_contiguous` places them). A job starts in
+    round t when it runs there and not in round t - 1 (``running`` for round 0), on w_j GPUs. With
+    ``deadline`` and ``n_min`` ((N,), as in :func:`rank_milp`) no change leaves fewer than n_min_j
+    of job j's rounds before round D_j. The urgency and rank packers place jobs by urgency alone and
+    start 2-3x the GPUs per round that :func:`pack_contiguous` does; each start costs a checkpoint
+    and a resume (docs/reference.md §3.4).
+
+    Args:
+        x: (N, F) bool placement (not modified).
+        width: (N,) GPUs per job.
+        running: (N,) bool, the job ran in the round before the window.
+        num_gpus: G.
+        deadline, n_min: (N,) each, or None (no deadlines).
+        max_steps: changes at most (default N F).
+        precedence: (N,) keys (the planner's: log P_j plus the ``preempt_margin`` credit of a
+            running job), or None: a swap never moves a job earlier in place of one with a higher
+            key.
+
+    Returns:
+        (N, F) bool, with x's row sums and no round over G GPUs.
+    """
+    x = np.asarray(x, dtype=bool).copy()
+    N, F = x.shape
+    if N == 0 or F < 2:
+        return x
+    width = np.asarray(width, dtype=np.int64)
+    running = np.asarray(running, dtype=bool)
+    need = np.zeros(N, dtype=np.int64) if n_min is None else np.asarray(n_min, dtype=np.int64)
+    due = np.full(N, F, dtype=np.int64) if deadline is None else np.asarray(deadline, dtype=np.int64)
+    ts = np.arange(F)
+    # every (t, t') change of one row: cleared at t, set at t' (t = t' is masked out below)
+    change = np.zeros((F, F, F), dtype=bool)
+    change[ts[:, None], ts[None, :], ts[:, None]] = True
+    change[ts[:, None], ts[None, :], ts[None, :]] ^= True
+
+    def deltas(j: int) -> np.ndarray:
+        """(F, F) width-weighted change in starts when job j leaves t for t', plus the pull; inf where
+        not allowed."""
+        row = x[j]
+        pull = running[j] / (4.0 * F)
+        new = row[None, None, :] ^ change
+        d = (_row_starts(new, np.full((F, F), running[j])) - _row_starts(row, running[j])).astype(np.float64)
+        ok = row[:, None] & ~row[None, :]
+        if need[j] > 0:
+            early = int(row[: due[j]].sum())
+            ok &= early - (ts[:, None] < due[j]) + (ts[None, :] < due[j]) >= need[j]
+        return np.where(ok, d * width[j] + pull * (ts[None, :] - ts[:, None]), np.inf)
+
+    M = np.stack([deltas(j) for j in range(N)])  # (N, F, F)
+    free = num_gpus - width @ x
+    widths = np.unique(width)
+    for _ in range(N * F if max_steps is None else max_steps):
+        best, change_at = 0.0, None
+        fits = free[None, None, :] >= width[:, None, None]
+        moves = np.where(fits, M, np.inf)
+        j = int(np.argmin(moves.reshape(N, -1).min(axis=1)))
+        t, t2 = np.unravel_index(int(np.argmin(moves[j])), (F, F))
+        if moves[j, t, t2] < best:
+            best, change_at = float(moves[j, t, t2]), ((j, t, t2),)
+        for w in widths:
+            rows = np.flatnonzero(width == w)
+            A = M[rows]
+            pick = A.argmin(axis=0)  # (F, F): the job of width w best moved from t to t'
+            low = np.take_along_axis(A, pick[None], axis=0)[0]
+            gain = low + low.T  # j: t -> t', k: t' -> t
+            if precedence is not None:  # the job moved earlier must not rank below the one it delays
+                key = precedence[rows][pick]  # (F, F): the key of the job that leaves t for t'
+                gain = np.where((ts[:, None] < ts[None, :]) & (key.T < key), np.inf, gain)
+                gain = np.where((ts[:, None] > ts[None, :]) & (key < key.T), np.inf, gain)
+            t, t2 = np.unravel_index(int(np.argmin(gain)), (F, F))
+            if gain[t, t2] < best:
+                best = float(gain[t, t2])
+                change_at = ((int(rows[pick[t, t2]]), t, t2), (int(rows[pick[t2, t]]), t2, t))
+        if change_at is None:
+            break
+        for j, t, t2 in change_at:
+            x[j, t], x[j, t2] = False, True
+            free[t] += width[j]
+            free[t2] -= width[j]
+        for j, _, _ in change_at:
+            M[j] = deltas(j)
+    return x
+
+
 def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus: int, future_rounds: int,
                 max_steps: int | None = None) -> np.ndarray | None:
     """Counts that :func:`pack_counts` can place, from counts it cannot: the job-rounds worth least

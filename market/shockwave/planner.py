@@ -13,8 +13,8 @@ import structlog
 
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.tables import evaluate_counts, missed_deadlines, PlanJob, Tables, tabulate, width_classes
-from market.shockwave.packing import (greedy_counts, pack_contiguous, pack_counts, trim_counts, urgency_order,
-                                     work_conserve)
+from market.shockwave.packing import (fewer_starts, greedy_counts, pack_contiguous, pack_counts, trim_counts,
+                                     urgency_order, work_conserve)
 from market.shockwave.milp import rank_milp, solve_counts, SolverFailure
 from market.shockwave.reference_model import CalibrationCalls, plan_reference, work_conserve_reference
 from market.solver import counting_limit_stops
@@ -284,6 +284,10 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
                 log.warning("shockwave_time_indexed_failed", round_index=round_index, reason=str(err))
         if shortfall:
             log.warning("shockwave_packing_shortfall", round_index=round_index, dropped=shortfall, path=path)
+        if config.fewer_starts and packer != "time_indexed":  # every packer's placement (config.py)
+            stay = config.lam * math.log1p(config.preempt_margin)
+            x = fewer_starts(x, tables.width, ran, num_gpus, *((tables.deadline, tables.n_min) if deadlines else ()),
+                             precedence=np.log(np.maximum(tables.priority, 1e-300)) + stay * ran)
     return x, path, reason, solver, packer, shortfall or dropped
 
 
