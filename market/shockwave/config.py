@@ -126,7 +126,7 @@ class ShockwaveConfig:
         :func:`market.shockwave.packing.fewer_starts`, a local search that moves and swaps
         job-rounds to start fewer GPUs, window deadlines kept, and that never moves a job earlier in
         place of one that outranks it (log P_j, plus the ``preempt_margin`` credit for a job that is
-        running). Ours, opt-in since session 31: on the development suite it cut GPU starts on 12 of
+        running). Ours, opt-in since session 31: on the development suite it cut GPU starts on 11 of
         the 14 traces (d200-static 1,482 -> 1,112) and shortened the runs (makespan mean 0.787x
         max-min's against 0.792x) but left a few more jobs late (unfair mean 0.032 against 0.029)
         and ranked behind off (README, seventeenth round of "Choosing the defaults"). False: the

@@ -302,22 +302,22 @@ def _row_starts(rows: np.ndarray, running: np.ndarray) -> np.ndarray:
 
 def fewer_starts(x: np.ndarray, width: np.ndarray, running: np.ndarray, num_gpus: int,
                  deadline: np.ndarray | None = None, n_min: np.ndarray | None = None,
-                 max_steps: int | None = None, precedence: np.ndarray | None = None) -> np.ndarray:
+                 precedence: np.ndarray | None = None) -> np.ndarray:
     """The placement ``x`` with fewer GPU starts: counts, capacity and deadlines kept (ours).
 
     Local search: each step makes the change that starts the fewest GPUs, among
     - a move: job j leaves round t for a round t' where it is absent and that has w_j free GPUs;
     - a swap: job j leaves t for t' and a job k of the same width leaves t' for t;
-    and stops when no change starts fewer (or after ``max_steps``, default N F). Between changes
+    and stops when no change starts fewer (or after N F changes). Between changes
     that start as many GPUs, one that moves a job that was running (before the window) earlier wins,
     each round earlier 1 / (4 F) of a GPU start, which never outweighs one: two such jobs trade
     their rounds in steps that each start as many GPUs before the last starts fewer (the running job
     first, as :func:`pack_contiguous` places them). A job starts in
     round t when it runs there and not in round t - 1 (``running`` for round 0), on w_j GPUs. With
     ``deadline`` and ``n_min`` ((N,), as in :func:`rank_milp`) no change leaves fewer than n_min_j
-    of job j's rounds before round D_j. The urgency and rank packers place jobs by urgency alone and
-    start 2-3x the GPUs per round that :func:`pack_contiguous` does; each start costs a checkpoint
-    and a resume (docs/reference.md §3.4).
+    of job j's rounds before round D_j. Each start costs a checkpoint and a resume
+    (docs/reference.md §3.4); the urgency and rank packers, which place jobs by urgency alone, start
+    2-3x the GPUs per round that :func:`pack_contiguous` does.
 
     Args:
         x: (N, F) bool placement (not modified).
@@ -325,7 +325,6 @@ def fewer_starts(x: np.ndarray, width: np.ndarray, running: np.ndarray, num_gpus
         running: (N,) bool, the job ran in the round before the window.
         num_gpus: G.
         deadline, n_min: (N,) each, or None (no deadlines).
-        max_steps: changes at most (default N F).
         precedence: (N,) keys (the planner's: log P_j plus the ``preempt_margin`` credit of a
             running job), or None: a swap never moves a job earlier in place of one with a higher
             key.
@@ -363,7 +362,7 @@ def fewer_starts(x: np.ndarray, width: np.ndarray, running: np.ndarray, num_gpus
     M = np.stack([deltas(j) for j in range(N)])  # (N, F, F)
     free = num_gpus - width @ x
     widths = np.unique(width)
-    for _ in range(N * F if max_steps is None else max_steps):
+    for _ in range(N * F):
         best, change_at = 0.0, None
         fits = free[None, None, :] >= width[:, None, None]
         moves = np.where(fits, M, np.inf)

@@ -229,9 +229,11 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
     deadlines = path == "constrained"
     ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
 
+    stay = config.lam * math.log1p(config.preempt_margin)  # a running job's log-priority credit
+
     def contiguous(c: np.ndarray) -> tuple[np.ndarray, int]:
         return pack_contiguous(c, tables.width, order, ran, num_gpus, F, priority=tables.priority,
-                               stay_bonus=config.lam * math.log1p(config.preempt_margin),
+                               stay_bonus=stay,
                                deadline=tables.deadline if deadlines else None,
                                latest_start=tables.latest_start if config.latest_start_first else None)
 
@@ -285,7 +287,6 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
         if shortfall:
             log.warning("shockwave_packing_shortfall", round_index=round_index, dropped=shortfall, path=path)
         if config.fewer_starts and packer != "time_indexed":  # every packer's placement (config.py)
-            stay = config.lam * math.log1p(config.preempt_margin)
             x = fewer_starts(x, tables.width, ran, num_gpus, *((tables.deadline, tables.n_min) if deadlines else ()),
                              precedence=np.log(np.maximum(tables.priority, 1e-300)) + stay * ran)
     return x, path, reason, solver, packer, shortfall or dropped

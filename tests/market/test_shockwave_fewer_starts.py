@@ -1,4 +1,4 @@
-"""``fewer_starts``: the fallback packers' placements with fewer GPU starts, deadlines kept."""
+"""``fewer_starts``: the packers' placements with fewer GPU starts, deadlines and precedence kept."""
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
