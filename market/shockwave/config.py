@@ -156,8 +156,14 @@ class ShockwaveConfig:
         suite (README, tenth round of "Choosing the defaults").
     restart_cost: plan each job that did not run in the round before the window with its restart
         cost (``JobView.restart_overhead_s``: the emulation's charge in simulation, the worker's
-        measured start-up and shutdown live) added to its remaining time. False: the reference,
-        which plans as if restarts were free.
+        measured start-up and shutdown live) added to its remaining time. Its first round then
+        gains less than its second, so the market values its rounds on their least concave
+        majorant (:func:`market.shockwave.levels.concave_envelope`; since session 32: a single round
+        is worth the chord's share of a longer run, and the level search still solves the model,
+        where the exact gains gave way to HiGHS, up to 249 s per replay). Opt-in: on the development
+        suite it ranked behind false, and with ``preempt_margin`` 0.1-0.35 ahead of it but with
+        180-182 validation targets against 183 (README, eighteenth round of "Choosing the
+        defaults"). False: the reference, which plans as if restarts were free.
 
     Bounds (``ValueError`` naming the knob): ``k``, ``makespan_k`` and ``excess_k`` in [0, 1e6]
     (``WEIGHT_MAX``), ``lam`` in [0, 100], ``rhomax`` in (0, 100], ``preempt_margin`` in [0, 1000],

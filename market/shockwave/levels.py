@@ -46,6 +46,39 @@ from market.shockwave.tables import LeftoverPenalty, Tables, wide_job_rows, widt
 MAX_EVALUATIONS = 256
 
 
+def concave_envelope(a: np.ndarray, n_max: np.ndarray) -> np.ndarray:
+    """Each row's least concave majorant over n = 0..n_max_j (ours, for ``restart_cost``).
+
+    Args:
+        a: (N, F+1) gains a_j(n).
+        n_max: (N,) each job's largest n (entries beyond it are returned unchanged).
+
+    Returns:
+        (N, F+1): rows that are concave on 0..n_max_j unchanged; any other row replaced there by
+        the upper hull of its points (n, a_j(n)), linear between the hull's vertices. It is the
+        smallest concave function above the row, equal to it at n = 0 and n = n_max_j, so the level
+        search's greedy bound holds for it.
+    """
+    out = np.array(a, dtype=np.float64, copy=True)
+    inc = np.diff(out, axis=1)
+    top_of = np.asarray(n_max, dtype=np.int64)
+    # a row is concave on 0..n_max_j when no increment before n_max_j exceeds the one before it
+    rises = (inc[:, 1:] > inc[:, :-1] + 1e-12) & (np.arange(1, inc.shape[1])[None, :] < top_of[:, None])
+    for j in np.flatnonzero(rises.any(axis=1)):
+        top = int(top_of[j])
+        hull = [0]
+        for n in range(1, top + 1):  # the upper hull by a monotone chain
+            while len(hull) >= 2:
+                p, q = hull[-2], hull[-1]
+                if (out[j, q] - out[j, p]) * (n - p) <= (out[j, n] - out[j, p]) * (q - p):
+                    hull.pop()
+                else:
+                    break
+            hull.append(n)
+        out[j, :top + 1] = np.interp(np.arange(top + 1), hull, out[j, hull])
+    return out
+
+
 def single_capacity(width: np.ndarray, num_gpus: int) -> float | None:
     """Per-round capacity C/F when the round-count model's capacity rows reduce to one, else None.
 

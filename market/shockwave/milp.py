@@ -8,7 +8,7 @@ import numpy as np
 import structlog
 
 from market.shockwave.config import ShockwaveConfig
-from market.shockwave.levels import solve_by_levels
+from market.shockwave.levels import concave_envelope, solve_by_levels
 from market.shockwave.tables import LeftoverPenalty, Tables, wide_job_rows, width_classes
 from market.solver import solve
 
@@ -103,7 +103,10 @@ def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, 
     a = N F-scaled objective units: a[j, n] = P_j (U_j(n) - U_j(0)) - c (x_j(n) - x_j(0)) with
     x_j(n) = max(0, leftover_j(n) - spare) and c = excess_k * 1000; charge(z) = b z + e max(0,
     z - spare) with b = k * 1000 * N F, e = makespan_k * 1000 * N F and spare the window's spare
-    leftover in ks. ``a`` is exact here; the MILP rounds its tiny entries to 0
+    leftover in ks. With ``restart_cost`` each row of a is replaced by its least concave majorant
+    (:func:`market.shockwave.levels.concave_envelope`): a restarting job's first round gains less
+    than its second, and the envelope values both at their mean, so both solvers see a concave
+    model. ``a`` is exact here otherwise; the MILP rounds its tiny entries to 0
     (:func:`solve_counts`), which the level search must not see (it can break their concavity
     where a large k scales them down).
     """
@@ -115,6 +118,8 @@ def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, 
     if config.excess_k > 0:  # each job's leftover beyond spare, charged in a (concave in n: the level search holds)
         excess = np.maximum(0.0, left_ks - tables.spare_leftover / 1000.0)
         a = a - config.excess_k * 1000.0 * (excess - excess[:, :1])
+    if config.restart_cost:  # the restart's dip in a restarting job's first gain: the concave envelope
+        a = concave_envelope(a, tables.n_max)
     biggest = max(float(np.abs(a).max(initial=0.0)), b + e, 1e-12)
     scale = min(1.0, 1e7 / biggest) if biggest > 1e7 else 1.0
     a = a * scale
