@@ -105,8 +105,8 @@ def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, 
     z - spare) with b = k * 1000 * N F, e = makespan_k * 1000 * N F and spare the window's spare
     leftover in ks. With ``restart_cost`` each row of a is replaced by its least concave majorant
     (:func:`market.shockwave.levels.concave_envelope`): a restarting job's first round gains less
-    than its second, and the envelope values both at their mean, so both solvers see a concave
-    model. ``a`` is exact here otherwise; the MILP rounds its tiny entries to 0
+    than its second, and the envelope spreads that dip over its first rounds, so both solvers see
+    a concave model. ``a`` is exact here otherwise; the MILP rounds its tiny entries to 0
     (:func:`solve_counts`), which the level search must not see (it can break their concavity
     where a large k scales them down).
     """
