@@ -57,7 +57,8 @@ class ShockwaveConfig:
         round of a job well on, so the market spreads its rounds over fewer jobs at a time), "log"
         (true log, the default before) or "pwl" (the reference's interpolation).
     alpha: the alpha of ``utility = "alpha_fair"`` (> 0; 1 is log, larger is fairer, smaller more
-        utilitarian; default 0.6, chosen with ``lam``).
+        utilitarian; default 0.7 since session 33, chosen with ``restart_cost`` and
+        ``preempt_margin``; 0.6, chosen with ``lam`` in session 29, before).
     formulation: "round_count" (default), "time_indexed" or "reference" (the reference's own
         time-indexed model, fallback and rank MILP, laid out so that the solver receives the same
         problem as the reference's: :mod:`market.shockwave.reference_model`; needs the reference's
@@ -144,7 +145,9 @@ class ShockwaveConfig:
         met no more targets and left a higher unfair fraction, so the default is the reference's).
     preempt_margin: delta; in the contiguous packing a waiting job displaces a running one only
         when its projected rho exceeds the running job's by more than a factor 1 + delta
-        (log-priority credit lam log(1 + delta) for continuing jobs).
+        (log-priority credit lam log(1 + delta) for continuing jobs). Ours 0.25 since session 33,
+        chosen with ``restart_cost`` (0.5 before, when the market planned restarts as free; the
+        reference's 0: no credit).
     latest_start_first: in the contiguous packing, once the present work fits in the window (the
         work bound, the active jobs' remaining GPU-seconds over G, is at most F L), a waiting job
         that would end after the work bound unless it starts now (``Tables.latest_start``) competes
@@ -160,10 +163,10 @@ class ShockwaveConfig:
         gains less than its second, so the market values its rounds on their least concave
         majorant (:func:`market.shockwave.levels.concave_envelope`; since session 32: a single round
         is worth the chord's share of a longer run, and the level search still solves the model,
-        where the exact gains gave way to HiGHS, up to 249 s per replay). Opt-in: on the development
-        suite it ranked behind false, and with ``preempt_margin`` 0.1-0.35 ahead of it but with
-        180-182 validation targets against 183 (README, eighteenth round of "Choosing the
-        defaults"). False: the reference, which plans as if restarts were free.
+        where the exact gains gave way to HiGHS, up to 249 s per replay). The default since session
+        33, with ``preempt_margin = 0.25`` and ``alpha = 0.7``: ahead of session 30's defaults on the
+        development suite and as many validation targets, 183 (README, nineteenth round of
+        "Choosing the defaults"). False: the reference, which plans as if restarts were free.
 
     Bounds (``ValueError`` naming the knob): ``k``, ``makespan_k`` and ``excess_k`` in [0, 1e6]
     (``WEIGHT_MAX``), ``lam`` in [0, 100], ``rhomax`` in (0, 100], ``preempt_margin`` in [0, 1000],
@@ -182,7 +185,7 @@ class ShockwaveConfig:
     reopt_rounds: int = 8
     log_approximation_bases: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     utility: str = "alpha_fair"
-    alpha: float = 0.6
+    alpha: float = 0.7
     formulation: str = "round_count"
     solver: str = "auto"
     rel_gap: float = 1e-3
@@ -194,9 +197,9 @@ class ShockwaveConfig:
     priority_cap: float = 1e6
     packing: str = "contiguous"
     fairness: str = "window"
-    preempt_margin: float = 0.5
+    preempt_margin: float = 0.25
     latest_start_first: bool = True
-    restart_cost: bool = False
+    restart_cost: bool = True
     replan_on_batch_size_change: bool = False
     sub_mip_heuristics: bool = True
     feasibility_jump: bool = False

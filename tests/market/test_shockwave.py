@@ -355,7 +355,8 @@ def test_restart_cost_lengthens_a_restarting_jobs_plan_only():
                        running=[1], restart_s={0: 20.0, 1: 20.0})
     assert plan.counts == {0: 2, 1: 1}
     off = plan_window(jobs, num_gpus=2, round_index=3, now_s=0.0, round_duration_s=100.0,
-                      config=ShockwaveConfig(future_rounds=4, priority_floor=1.0), running=[1], restart_s={0: 20.0, 1: 20.0})
+                      config=ShockwaveConfig(future_rounds=4, priority_floor=1.0, restart_cost=False), running=[1],
+                      restart_s={0: 20.0, 1: 20.0})
     assert off.counts == {0: 1, 1: 1}  # the reference plans restarts as free
 
 

@@ -58,7 +58,7 @@ def test_the_bounds_admit_the_references_values():
 @pytest.mark.parametrize("charge", [{"makespan_k": 0.03}, {"excess_k": 1e-5}])
 def test_the_reference_formulation_refuses_charges_it_would_ignore(charge):
     reference = dict(formulation="reference", fairness="reference", utility="pwl", packing="rank", makespan_k=0.0,
-                     excess_k=0.0)
+                     excess_k=0.0, restart_cost=False)
     ShockwaveConfig(**reference)
     with pytest.raises(ValueError, match="no work-bound charges"):
         ShockwaveConfig(**{**reference, **charge})

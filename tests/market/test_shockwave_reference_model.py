@@ -23,7 +23,7 @@ from predictor.predictor import Prediction
 
 CONFIG = ShockwaveConfig(future_rounds=5, utility="pwl", fairness="reference", packing="rank", formulation="reference",
                          priority_cap=math.inf, preempt_margin=0.0, k=1e-3, makespan_k=0.0, excess_k=0.0, lam=12.0,
-                         level_search=False)
+                         level_search=False, restart_cost=False)
 
 
 def _scalar_window_model(width, E, p, R, dbar, target, priority, *, G, start_s, L, config):

@@ -50,7 +50,8 @@ def test_a_restart_makes_the_first_round_worth_less_and_the_envelope_spreads_it(
     a, _, _, _ = _coefficients(tables, config)
     inc = np.diff(a[0, : tables.n_max[0] + 1])
     assert np.all(inc[1:] <= inc[:-1] + 1e-12)
-    off, _, _, _ = _coefficients(tables, ShockwaveConfig(future_rounds=4, priority_floor=1.0, utility="log"))
+    off, _, _, _ = _coefficients(tables, ShockwaveConfig(future_rounds=4, priority_floor=1.0, utility="log",
+                                                        restart_cost=False))
     assert a[0, tables.n_max[0]] == pytest.approx(off[0, tables.n_max[0]])  # the whole run is worth the same
     assert a[0, 1] > off[0, 1]  # a single round is valued on the chord
 
@@ -95,7 +96,7 @@ def test_a_replan_with_restart_costs_takes_the_level_search():
     restart = np.array([0.0 if j.job_id in running else 20.0 for j in jobs])
     tables = tabulate(jobs, num_gpus=16, now_s=5000.0, round_duration_s=120.0, config=config, restart_s=restart)
     a, left, charge, _ = _coefficients(tables, config)
-    raw, _, _, _ = _coefficients(tables, ShockwaveConfig())
+    raw, _, _, _ = _coefficients(tables, ShockwaveConfig(restart_cost=False))
     assert not np.allclose(a, raw)
     assert solve_by_levels(tables, raw, left, charge, num_gpus=16, config=config, with_fairness=False) is None
     assert solve_by_levels(tables, a, left, charge, num_gpus=16, config=config, with_fairness=False) is not None
