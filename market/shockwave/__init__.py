@@ -8,7 +8,7 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
 - Objective (maximise): sum_j P_j U(u_j) / (N F) - k z - makespan_k max(0, z - spare), with
   z = max_j leftover_j: a welfare of normalised progress minus a charge on the largest predicted
   leftover. U is the log in the reference (the Nash social welfare); by default (ours, since
-  session 29) the alpha-fair utility with alpha = 0.6 (below). The reference has the k term only; ``makespan_k`` (ours) charges the
+  session 29) the alpha-fair utility with alpha = 0.7 (0.6 until session 33; below). The reference has the k term only; ``makespan_k`` (ours) charges the
   part of z beyond a margin under the work bound, spare = theta sum_j w_j R_j / G - F L
   (``Tables.spare_leftover``, theta = ``work_bound_fraction``).
   ``log`` is the true log with log(0) := log(1e-6) (the reference's origin), tabulated for every
@@ -17,6 +17,9 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   utility (u^(1 - alpha) - 1) / (1 - alpha) (Mo and Walrand, IEEE/ACM ToN 2000; the log at
   alpha = 1). ``excess_k`` (ours, 1e-5 by default since session 30) also charges each job's own leftover beyond spare,
   excess_k max(0, leftover_j - spare) in the units of P_j U_j (:func:`milp._coefficients`).
+  With ``restart_cost`` (ours, the default since session 33) a job that did not run in the round
+  before the window has its restart seconds added to R_j, and its row of U is replaced by its least
+  concave majorant over n = 0..n_max_j (:func:`levels.concave_envelope`).
 - P_j is the fallback priority of §4.7: rho_j^lam when the projected ratio
   rho_j = (now + T_j - a_j) / (FTobj_j - a_j) exceeds rhomax (rho_j^100 when also R_j < L),
   else 1 in the reference; ours, max(rho_j / rhomax, ``priority_floor``)^lam (0.8), so that among
@@ -61,7 +64,7 @@ window is free. ``"contiguous"`` (default, :func:`pack_contiguous`) builds the r
 keeps running jobs running (each restart costs a checkpoint and a resume: 20 s of a 120 s round in
 the emulation, §3.4), except that a waiting job with a higher priority displaces a running one when
 its projected rho exceeds the running job's by more than a factor 1 + ``preempt_margin`` (default
-0.5). When most jobs are late, pure priority order re-sorts them every round and restarts many
+0.25 since session 33, with the restart priced in the market; 0.5 before). When most jobs are late, pure priority order re-sorts them every round and restarts many
 of them; the margin trades those restarts against priority order
 (``benchmarks/bench_shockwave_replay.py --set preempt_margin=...`` measures each setting).
 Near the end of a run (the present work fits in the window), a waiting job that would end after
