@@ -58,7 +58,7 @@ def test_the_key_covers_every_argument():
         (jobs, {**ARGS, "round_index": 8}),
         (jobs, {**ARGS, "now_s": 1000.5}),
         (jobs, {**ARGS, "round_duration_s": 60.0}),
-        (jobs, {**ARGS, "config": ShockwaveConfig(preempt_margin=0.25)}),
+        (jobs, {**ARGS, "config": ShockwaveConfig(preempt_margin=0.5)}),
         (jobs, {**ARGS, "config": ShockwaveConfig(seed=1)}),
         (jobs, {**ARGS, "running": [1]}),
         (jobs, {**ARGS, "restart_s": {1: 0.0, 2: 31.0}}),
