@@ -64,8 +64,9 @@ window is free. ``"contiguous"`` (default, :func:`pack_contiguous`) builds the r
 keeps running jobs running (each restart costs a checkpoint and a resume: 20 s of a 120 s round in
 the emulation, §3.4), except that a waiting job with a higher priority displaces a running one when
 its projected rho exceeds the running job's by more than a factor 1 + ``preempt_margin`` (default
-0.25 since session 33, with the restart priced in the market; 0.5 before). When most jobs are late, pure priority order re-sorts them every round and restarts many
-of them; the margin trades those restarts against priority order
+0.25 since session 33, with the restart priced in the market; 0.5 before), grown in proportion to
+the cluster above ``margin_gpus`` GPUs (160 since session 34: 0.4 on 256 GPUs). When most jobs are
+late, pure priority order re-sorts them every round and restarts many of them; the margin trades those restarts against priority order
 (``benchmarks/bench_shockwave_replay.py --set preempt_margin=...`` measures each setting).
 Near the end of a run (the present work fits in the window), a waiting job that would end after
 the work bound unless it starts now competes as if it were running (``latest_start_first``), so

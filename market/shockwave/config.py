@@ -86,13 +86,15 @@ class ShockwaveConfig:
         re-plans do not reset, §4.10).
     window_clock: "time" (ours: the window starts at the round's start time) or "rounds" (the
         reference: at round index x L, which drifts from time when rounds are not exactly L long, §9).
+        Replays only: ``live`` refuses "rounds", since the wall clock counts from the Unix epoch.
     rho_from: where the projected ratio rho = (now + T - origin) / (FTobj - origin), T the time to
         the job's end at its fair share (``projection``), counts its
         times from: "arrival" (ours: origin = the job's arrival, so rho is projected JCT over target
         JCT, the form of the metric rho = JCT / fair JCT) or "trace_start" (the reference, §4.7:
         origin = 0, a ratio of finish times, under which a job that arrives late in a run looks
         barely late however long it waits: 1,000 s late on a 1,000 s target JCT is rho 2 from its
-        arrival but 1.1 for a job arriving at t = 9,000 s).
+        arrival but 1.1 for a job arriving at t = 9,000 s). Replays only: ``live`` refuses
+        "trace_start", since the wall clock counts from the Unix epoch.
     projection: how the projected ratio rho counts the time T to the job's end
         (:func:`market.shockwave.tables.projected_run_s`): "alone" (ours, the default since session
         18, chosen on the development suite with ``priority_floor``: T = R, as if the job ran alone
@@ -148,6 +150,13 @@ class ShockwaveConfig:
         (log-priority credit lam log(1 + delta) for continuing jobs). Ours 0.25 since session 33,
         chosen with ``restart_cost`` (0.5 before, when the market planned restarts as free; the
         reference's 0: no credit).
+    margin_gpus: grow ``preempt_margin`` with the cluster: on G GPUs the credit is that of
+        ``preempt_margin * max(1, G / margin_gpus)`` (the more GPUs, the more waiting jobs can
+        displace a running one each round, and the more restarts a fixed margin lets through).
+        Ours, 160 since session 34 (margin 0.25 up to 160 GPUs, 0.4 on 256): on the development
+        suite it shortened the runs of d600-mixed-192gpu and bundled-900 and ranked ahead of 0 (the
+        same margin everywhere), and it met as many validation targets, 183 (README, twentieth
+        round of "Choosing the defaults"). 0: the same margin at every cluster size.
     latest_start_first: in the contiguous packing, once the present work fits in the window (the
         work bound, the active jobs' remaining GPU-seconds over G, is at most F L), a waiting job
         that would end after the work bound unless it starts now (``Tables.latest_start``) competes
@@ -170,6 +179,7 @@ class ShockwaveConfig:
 
     Bounds (``ValueError`` naming the knob): ``k``, ``makespan_k`` and ``excess_k`` in [0, 1e6]
     (``WEIGHT_MAX``), ``lam`` in [0, 100], ``rhomax`` in (0, 100], ``preempt_margin`` in [0, 1000],
+    ``margin_gpus`` in [0, 1e6],
     ``future_rounds`` in [1, 1000], ``reopt_rounds`` in [1, 1e6], ``rel_gap`` in [0, 0.5],
     ``node_limit`` in [1, 1e9], ``time_limit_s`` in (0, 3600], ``threads`` in [1, 1024], ``seed`` in
     [0, 2^31 - 1] (HiGHS's); ``formulation = "reference"`` needs
@@ -198,6 +208,7 @@ class ShockwaveConfig:
     packing: str = "contiguous"
     fairness: str = "window"
     preempt_margin: float = 0.25
+    margin_gpus: int = 160
     latest_start_first: bool = True
     restart_cost: bool = True
     replan_on_batch_size_change: bool = False
@@ -213,6 +224,13 @@ class ShockwaveConfig:
     contiguous_shortfall: str = "repack"
     fewer_starts: bool = False
     work_bound_fraction: float = 0.85
+
+    def margin_at(self, num_gpus: int) -> float:
+        """The preemption margin on ``num_gpus`` GPUs: ``preempt_margin``, grown in proportion to the
+        cluster above ``margin_gpus`` GPUs (ours; see ``margin_gpus``)."""
+        if not self.margin_gpus:
+            return self.preempt_margin
+        return self.preempt_margin * max(1.0, num_gpus / self.margin_gpus)
 
     def __post_init__(self) -> None:
         if self.formulation not in ("round_count", "time_indexed", "reference"):
@@ -233,6 +251,14 @@ class ShockwaveConfig:
             raise ValueError(f"packing must be 'contiguous', 'urgency' or 'rank', got {self.packing!r}")
         if self.window_clock not in ("time", "rounds"):
             raise ValueError(f"window_clock must be 'time' or 'rounds', got {self.window_clock!r}")
+        # the wall clock reads seconds since the Unix epoch: the reference's clocks that count from t = 0
+        # (round index x L; finish times from the trace's start) mean nothing there
+        if self.live and self.window_clock == "rounds":
+            raise ValueError("window_clock must be 'time' under the wall clock: 'rounds' (the reference's round index "
+                             "x L, for replays) would put the window decades before the jobs' arrivals")
+        if self.live and self.rho_from == "trace_start":
+            raise ValueError("rho_from must be 'arrival' under the wall clock: with 'trace_start' (finish times from "
+                             "t = 0, for replays) t = 0 is the Unix epoch and every job's rho would be about 1")
         if self.rho_from not in ("arrival", "trace_start"):
             raise ValueError(f"rho_from must be 'arrival' or 'trace_start', got {self.rho_from!r}")
         if self.projection not in ("constant", "departures", "alone"):
@@ -254,6 +280,7 @@ class ShockwaveConfig:
             check_range(name, getattr(self, name), 0.0, top)
         check_range("rhomax", self.rhomax, 0.0, 100.0, low_open=True)
         check_range("preempt_margin", self.preempt_margin, 0.0, 1000.0)
+        check_range("margin_gpus", self.margin_gpus, 0, 1_000_000)
         check_range("reopt_rounds", self.reopt_rounds, 1, 1_000_000)
         check_range("seed", self.seed, 0, SEED_MAX)
         if self.formulation == "reference" and (self.makespan_k, self.excess_k) != (0.0, 0.0):

@@ -229,7 +229,7 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
     deadlines = path == "constrained"
     ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
 
-    stay = config.lam * math.log1p(config.preempt_margin)  # a running job's log-priority credit
+    stay = config.lam * math.log1p(config.margin_at(num_gpus))  # a running job's log-priority credit
 
     def contiguous(c: np.ndarray) -> tuple[np.ndarray, int]:
         return pack_contiguous(c, tables.width, order, ran, num_gpus, F, priority=tables.priority,

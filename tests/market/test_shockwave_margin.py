@@ -1,0 +1,47 @@
+"""The preemption margin's growth with the cluster (``ShockwaveConfig.margin_gpus``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import market.shockwave.planner as planner
+from market.shockwave import ShockwaveConfig, plan_input, plan_window
+
+
+@pytest.mark.parametrize(("margin_gpus", "num_gpus", "margin"), [
+    (0, 256, 0.25),  # off: the same margin everywhere
+    (128, 64, 0.25),  # below margin_gpus: never smaller than preempt_margin
+    (128, 128, 0.25),
+    (128, 192, 0.375),
+    (128, 256, 0.5),
+])
+def test_margin_grows_in_proportion_to_the_cluster_above_margin_gpus(margin_gpus, num_gpus, margin):
+    config = ShockwaveConfig(preempt_margin=0.25, margin_gpus=margin_gpus)
+    assert config.margin_at(num_gpus) == pytest.approx(margin)
+
+
+@pytest.mark.parametrize("bad", [-1, 2_000_000])
+def test_margin_gpus_is_bounded(bad):
+    with pytest.raises(ValueError, match="margin_gpus"):
+        ShockwaveConfig(margin_gpus=bad)
+
+
+def test_the_packing_gets_the_credit_of_the_clusters_margin(monkeypatch):
+    # more jobs than GPUs, so the contiguous packing runs; record the credit it is handed
+    credits: list[float] = []
+    pack = planner.pack_contiguous
+
+    def recording(*args, **kwargs):
+        credits.append(kwargs["stay_bonus"])
+        return pack(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "pack_contiguous", recording)
+    jobs = [plan_input(j, 1, 10, 2, 900.0 + 100 * j, 100.0, 3000.0) for j in range(12)]
+    for margin_gpus, margin in ((0, 0.25), (2, 0.5)):
+        credits.clear()
+        config = ShockwaveConfig(future_rounds=6, margin_gpus=margin_gpus)
+        plan_window(jobs, num_gpus=4, round_index=0, now_s=0.0, round_duration_s=100.0, config=config,
+                    running=[0, 1, 2, 3])
+        assert credits and credits[0] == pytest.approx(config.lam * math.log1p(margin))
