@@ -171,6 +171,9 @@ class RunConfig:
 
         Raises:
             market.registry.UnknownPolicyError: unknown name.
+            InputError: a ``[shockwave]`` knob that only a replay allows, with ``live`` (the
+                reference's clocks that count from t = 0: ``window_clock = "rounds"``,
+                ``rho_from = "trace_start"``), naming the file, line and key.
         """
         from market.registry import ELASTIC_POLICIES, build_policy, uses_predictor
 
@@ -182,7 +185,14 @@ class RunConfig:
             changes: dict[str, Any] = {"live": live}
             if seed is not None:
                 changes["seed"] = seed
-            options["config"] = dataclasses.replace(self.shockwave, **changes)
+            try:
+                options["config"] = dataclasses.replace(self.shockwave, **changes)
+            except ValueError as exc:  # a knob that only a replay allows (e.g. the reference's clocks, live)
+                try:
+                    text = Path(self.source).read_text()
+                except OSError:
+                    text = ""
+                raise _section_error(self.source, text, "shockwave", type(self.shockwave), exc) from None
         return build_policy(name, gavel=self.gavel, options=options)
 
     def model_sizes(self) -> dict[str, float]:

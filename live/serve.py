@@ -196,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         changes = {k: v for k, v in (("host", args.host), ("port", args.port), ("policy", args.policy)) if v is not None}
         live = dataclasses.replace(live, **changes)
         check_policy_name(live.policy)
+        cfg.build_policy(live.policy, live=True)  # refuses the knobs only a replay allows, before any port opens
     except (InputError, UnknownPolicyError, ValueError) as exc:
         print(f"shockwave: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

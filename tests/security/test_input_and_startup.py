@@ -244,3 +244,14 @@ def test_idempotency_key_survives_a_restart(tmp_path):
         assert len(call(url + "/v1/jobs")[1]["jobs"]) == 2
     finally:
         stop(proc)
+
+
+@pytest.mark.parametrize(("knob", "value"), [("window_clock", '"rounds"'), ("rho_from", '"trace_start"')])
+def test_serve_refuses_the_reference_clocks_that_count_from_t0(tmp_path, knob, value):
+    # under the wall clock t = 0 is the Unix epoch: the reference's round-index window and its
+    # finish times from t = 0 would leave every job's rho meaningless; serve stops before it listens
+    config = write_config(tmp_path, live_extra=f'policy = "shockwave"\n\n[shockwave]\n{knob} = {value}\n')
+    result = run_cli("serve", "--config", str(config))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert f"{config}:" in line and f"shockwave.{knob}" in line and "wall clock" in line
