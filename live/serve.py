@@ -79,11 +79,12 @@ def load_live(config_path: str | None):
 
 
 async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
-                     stop: asyncio.Event | None = None) -> None:
+                     stop: asyncio.Event | None = None, policy=None) -> None:
     """Run ``serve`` on the opened :class:`live.store.Store` until ``stop`` is set (or
     SIGINT/SIGTERM); the store is closed at the end.
 
-    ``token`` guards the HTTP API, ``cluster_token`` the bus (:func:`credential_problem`)."""
+    ``token`` guards the HTTP API, ``cluster_token`` the bus (:func:`credential_problem`);
+    ``policy``: the round policy already built from ``cfg`` (default: built here)."""
     import structlog
     from aiohttp import web
 
@@ -108,7 +109,8 @@ async def serve_main(cfg, live, token: str, store, *, cluster_token: str,
         from workloads.throughputs import ThroughputTable
 
         table = ThroughputTable.load(cfg.path(live.throughputs))
-    policy = cfg.build_policy(live.policy, live=True)
+    if policy is None:
+        policy = cfg.build_policy(live.policy, live=True)
     rounds = dataclasses.replace(cfg.rounds, round_mode="timer")
     hub = HubTransport(  # refuses every frame until the clearinghouse's guard is set below
         cluster_token, heartbeat_s=live.heartbeat_interval_s, dedupe_window=live.dedupe_window,
@@ -196,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         changes = {k: v for k, v in (("host", args.host), ("port", args.port), ("policy", args.policy)) if v is not None}
         live = dataclasses.replace(live, **changes)
         check_policy_name(live.policy)
-        cfg.build_policy(live.policy, live=True)  # refuses the knobs only a replay allows, before any port opens
+        policy = cfg.build_policy(live.policy, live=True)  # refuses the knobs only a replay allows, before any port opens
     except (InputError, UnknownPolicyError, ValueError) as exc:
         print(f"shockwave: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -213,5 +215,5 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"shockwave: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    asyncio.run(serve_main(cfg, live, token, store, cluster_token=cluster_token))
+    asyncio.run(serve_main(cfg, live, token, store, cluster_token=cluster_token, policy=policy))
     return 0
