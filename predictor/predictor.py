@@ -109,7 +109,7 @@ class PredictorConfig:
         targets they can no longer meet and their lateness priorities crowd out the rest; the
         finish-time fairness metric (§6) uses the trace's N / G throughout. Under the projection
         ``[shockwave] projection = "departures"`` "active" met as many development-suite targets,
-        but fewer on both held-out suites (README, fourth round of "Choosing the defaults").
+        but fewer on both held-out suites (docs/choosing_defaults.md, fourth round).
     profile_rounding: "none" (ours, the default since session 29: as profiled) or
         "whole_seconds" (the reference, §4.2: each profiled epoch duration rounded to whole
         seconds, at least 1). With rounding, jobs whose epochs last a few seconds (Recommendation)
@@ -117,8 +117,8 @@ class PredictorConfig:
         only gaps over ``calibration_threshold`` (40 %). On the development suite "none" lowers the
         prediction error (MAPE) on every trace, 15.4 % to 12.3 % on average (session 19). Alone it
         ranked behind the reference's rounding; chosen in session 29 together with
-        ``[shockwave] utility = "alpha_fair"``, ``alpha = 0.6`` and ``lam = 14`` (README, fifteenth
-        round of "Choosing the defaults").
+        ``[shockwave] utility = "alpha_fair"``, ``alpha = 0.6`` and ``lam = 14``
+        (docs/choosing_defaults.md, fifteenth round).
     reference_float_order: compute the fair-share target, the posterior and the elapsed epoch time
         in the reference's order of floating-point operations (running sums, Python's ``sum``), so
         that they equal the reference's bit for bit (the reference preset; the results differ only in

@@ -45,8 +45,8 @@ class ShockwaveConfig:
         idle GPUs worth 4,282 s of its 49,188 s makespan at 1.0).
     lam: exponent of the fairness priority rho^lam (the reference's 12; ours 14, chosen on the
         development suite, benchmarks/suite/dev_suite.toml, together with ``utility = "alpha_fair"``,
-        ``alpha = 0.6`` and unrounded profiles, ``[predictor] profile_rounding = "none"``: README,
-        fifteenth round of "Choosing the defaults").
+        ``alpha = 0.6`` and unrounded profiles, ``[predictor] profile_rounding = "none"``:
+        docs/choosing_defaults.md, fifteenth round).
     rhomax: allowed ratio to the fair-share finish-time target.
     future_rounds: F, window length in rounds.
     reopt_rounds: periodic re-plan interval in rounds (reference: 8).
@@ -124,7 +124,7 @@ class ShockwaveConfig:
         window-fairness deadline still holds; otherwise repack). "drop" restarts fewer jobs (GPU
         starts 8-16 % fewer on the development and validation suites) and never solves the rank MILP for such windows
         (h600-mixed: per-solve p95 0.97 s -> 0.01 s), but on the development suite it left a few
-        more jobs late and ranked behind "repack" (README, eighth round of "Choosing the defaults").
+        more jobs late and ranked behind "repack" (docs/choosing_defaults.md, eighth round).
     fewer_starts: pass every packer's placement (contiguous, urgency, rank MILP, trimmed) through
         :func:`market.shockwave.packing.fewer_starts`, a local search that moves and swaps
         job-rounds to start fewer GPUs, window deadlines kept, and that never moves a job earlier in
@@ -132,7 +132,7 @@ class ShockwaveConfig:
         running). Ours, opt-in since session 31: on the development suite it cut GPU starts on 11 of
         the 14 traces (d200-static 1,482 -> 1,112) and shortened the runs (makespan mean 0.787x
         max-min's against 0.792x) but left a few more jobs late (unfair mean 0.032 against 0.029)
-        and ranked behind off (README, seventeenth round of "Choosing the defaults"). False: the
+        and ranked behind off (docs/choosing_defaults.md, seventeenth round). False: the
         placements as the packers make them.
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
         on d150-wide's ten slowest solves, 1.8x faster and never a worse objective).
@@ -155,8 +155,8 @@ class ShockwaveConfig:
         displace a running one each round, and the more restarts a fixed margin lets through).
         Ours, 160 since session 34 (margin 0.25 up to 160 GPUs, 0.4 on 256): on the development
         suite it shortened the runs of d600-mixed-192gpu and bundled-900 and ranked ahead of 0 (the
-        same margin everywhere), and it met as many validation targets, 183 (README, twentieth
-        round of "Choosing the defaults"). 0: the same margin at every cluster size.
+        same margin everywhere), and it met as many validation targets, 183
+        (docs/choosing_defaults.md, twentieth round). 0: the same margin at every cluster size.
     latest_start_first: in the contiguous packing, once the present work fits in the window (the
         work bound, the active jobs' remaining GPU-seconds over G, is at most F L), a waiting job
         that would end after the work bound unless it starts now (``Tables.latest_start``) competes
@@ -165,7 +165,7 @@ class ShockwaveConfig:
         rounds at the end of the window, behind the running jobs, and each re-plan a few rounds
         later did so again, until the job ended the run alone on an emptying cluster
         (q140-16gpu-accordion: it waited 12 rounds with 16 of 20 rounds planned). Chosen on the development
-        suite (README, tenth round of "Choosing the defaults").
+        suite (docs/choosing_defaults.md, tenth round).
     restart_cost: plan each job that did not run in the round before the window with its restart
         cost (``JobView.restart_overhead_s``: the emulation's charge in simulation, the worker's
         measured start-up and shutdown live) added to its remaining time. Its first round then
@@ -174,8 +174,9 @@ class ShockwaveConfig:
         is worth the chord's share of a longer run, and the level search still solves the model,
         where the exact gains gave way to HiGHS, up to 249 s per replay). The default since session
         33, with ``preempt_margin = 0.25`` and ``alpha = 0.7``: ahead of session 30's defaults on the
-        development suite and as many validation targets, 183 (README, nineteenth round of
-        "Choosing the defaults"). False: the reference, which plans as if restarts were free.
+        development suite and as many validation targets, 183
+        (docs/choosing_defaults.md, nineteenth round). False: the reference, which plans as if
+        restarts were free.
 
     Bounds (``ValueError`` naming the knob): ``k``, ``makespan_k`` and ``excess_k`` in [0, 1e6]
     (``WEIGHT_MAX``), ``lam`` in [0, 100], ``rhomax`` in (0, 100], ``preempt_margin`` in [0, 1000],
