@@ -77,12 +77,16 @@ def print_summary(results: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{results['policy']} on {Path(results['trace']).name}", show_header=True)
+    table = Table(show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name, value in summary_rows(results):
         table.add_row(name, value)
-    Console(file=sys.stdout).print(table)
+    console = Console(file=sys.stdout)
+    # the heading on one line, unwrapped: a trace name is often wider than the table
+    console.print(f"{results['policy']} on {Path(results['trace']).name}", soft_wrap=True, markup=False,
+                  highlight=False)
+    console.print(table)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -59,12 +59,14 @@ def test_an_unwritable_out_folder_is_refused_before_the_replay(tmp_path, capsys,
 
 def test_the_summary_table_names_the_policy_that_ran(tmp_path, capsys):
     trace, thr = _write_small(tmp_path)
-    code = main(["simulate", "--trace", str(trace), "--throughputs", str(thr), "--gpus", "8",
+    # a name as long as the paper's (its 64 characters are wider than the table): one line, whole
+    long_name = trace.rename(tmp_path / "120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_[five].trace")
+    code = main(["simulate", "--trace", str(long_name), "--throughputs", str(thr), "--gpus", "8",
                  "--policy", "gandiva_fair", "--no-progress"])
     out = capsys.readouterr().out
     assert code == 0
     title = out.strip().splitlines()[0]
-    assert "gandiva_fair" in title and "five.trace" in title and "Shockwave simulation" not in out
+    assert title == f"gandiva_fair on {long_name.name}" and "Shockwave simulation" not in out
 
 
 def test_version_and_policy_help(capsys):
