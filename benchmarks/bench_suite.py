@@ -17,7 +17,9 @@ every cell's figures as JSON, rewritten after each cell. A replay still running 
 prints a progress line on stderr every 5 minutes (round, virtual time, jobs done). ``--markdown`` prints instead one table of
 every cell (the README's suite table) and one of Shockwave's ratios against issue 13 item 5's
 targets; ``--from FILE`` prints them from a saved ``--out`` file without replaying; ``--summary
-FILE ...`` compares saved runs made with different ``--set`` overrides (the choice of defaults).
+FILE ...`` compares saved runs made with different ``--set`` overrides (the choice of defaults);
+with ``--against FILE`` (the defaults' run) each row says whether it ranks ahead of the defaults
+by the rule, with its noise margin (``NOISE_MARGIN``), within that margin, or behind.
 ``--journal-dir DIR`` keeps each Shockwave cell's re-plans in a plan journal
 (:mod:`replay.journal`): a cell stopped part way (the reference preset's 900-job replays
 take hours) resumes from its journal when the suite is run again, and its wall time then says how
@@ -338,7 +340,28 @@ def targets(cells: list[dict], policy: str = "shockwave") -> str:
     return "\n".join(lines)
 
 
-def summary(paths: list[str], policy: str = "shockwave") -> str:
+#: The rule's noise margin (ours, decided in session 36; it applies from the twenty-third round on,
+#: the twenty-second ran under the rule without it): a run of the development suite that meets as
+#: many targets as the defaults ranks ahead of them only when its product of the means is smaller
+#: by more than this share. It is the half-spread of the products that re-plan intervals of 4-12
+#: rounds gave in the twenty-first round (0.180-0.202 %, no trend: docs/choosing_defaults.md),
+#: changes that move a few re-plans.
+NOISE_MARGIN = 0.06
+
+
+def verdict(met: int, product: float, base_met: int, base_product: float, margin: float = NOISE_MARGIN) -> str:
+    """A run against the defaults' run by the rule: "ahead" (more targets met, or as many and a
+    product smaller by more than ``margin`` of the defaults'), "within noise" (as many targets, the
+    product within ``margin`` either way) or "behind"."""
+    if met != base_met:
+        return "ahead" if met > base_met else "behind"
+    if product < base_product * (1.0 - margin):
+        return "ahead"
+    return "within noise" if product <= base_product * (1.0 + margin) else "behind"
+
+
+def summary(paths: list[str], policy: str = "shockwave", against: str | None = None,
+            margin: float = NOISE_MARGIN) -> str:
     """Markdown: one row per saved ``--out`` file (a run of the suite with its ``--set`` overrides):
     how many of item 5's targets ``policy`` meets, and the geometric means over the traces of its
     ratios to max-min fairness (makespan, average JCT, worst rho, unfair fraction, mean rho), and
@@ -347,7 +370,10 @@ def summary(paths: list[str], policy: str = "shockwave") -> str:
     defaults were chosen). A cell with no unfair job, where
     max-min fairness has some, enters the unfair fraction's mean as half a job (0.5 / jobs of the
     trace, from the files' ``loads``), so that the ratio stays finite; until session 17 such a cell
-    entered as the ratio 1, as if it were as unfair as max-min fairness."""
+    entered as the ratio 1, as if it were as unfair as max-min fairness. ``against``: one of
+    ``paths``, the defaults' run; each row then gets a column with its :func:`verdict` against it."""
+    if against is not None and against not in paths:
+        raise ValueError(f"--against {against}: not one of the --summary files")
     saved = [json.loads(Path(p).read_text()) for p in paths]
     base = {c["trace"]: c for d in saved for c in d["cells"] if c["policy"] == "max_min_fairness" and "error" not in c}
     jobs = {trace: load[0] for d in saved for trace, load in (d.get("loads") or {}).items()}
@@ -376,12 +402,17 @@ def summary(paths: list[str], policy: str = "shockwave") -> str:
                 logs[key] += math.log(value / b[key])
         means = {k: math.exp(v / len(cells)) for k, v in logs.items()}
         label = " ".join(f"`{o}`" for o in d.get("overrides") or []) or "defaults"
-        rows.append((-met, sum(logs.values()), label, met, total, len(cells), means))
-    lines = ["| setting | traces | targets met | makespan | avg JCT | worst ρ | unfair | mean ρ | product |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for _, _, label, met, total, n, means in sorted(rows):
-        lines.append(f"| {label} | {n} | {met}/{total} | " + " | ".join(f"{means[k]:.3f}" for k in keys)
-                     + f" | {100.0 * math.prod(means.values()):.4f} % |")
+        rows.append((-met, sum(logs.values()), label, met, total, len(cells), means, path))
+    head = "| setting | traces | targets met | makespan | avg JCT | worst ρ | unfair | mean ρ | product |"
+    lines = [head + (" against the defaults |" if against else ""), "|---" * (10 if against else 9) + "|"]
+    base = next(((r[3], math.prod(r[6].values())) for r in rows if r[7] == against), None)
+    for _, _, label, met, total, n, means, path in sorted(rows):
+        product = math.prod(means.values())
+        line = (f"| {label} | {n} | {met}/{total} | " + " | ".join(f"{means[k]:.3f}" for k in keys)
+                + f" | {100.0 * product:.4f} % |")
+        if against:
+            line += " the defaults |" if path == against else f" {verdict(met, product, *base, margin)} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -410,9 +441,19 @@ def main() -> None:
     ap.add_argument("--from", dest="saved", help="a saved --out file: print its tables, replay nothing")
     ap.add_argument("--summary", nargs="+", metavar="FILE",
                     help="saved --out files (runs with different --set): one row each, replay nothing")
+    ap.add_argument("--against", metavar="FILE",
+                    help="with --summary: the defaults' run, one of the files; each row says whether it ranks "
+                         "ahead of it by the rule, within the noise margin, or behind")
+    ap.add_argument("--margin", type=float, default=NOISE_MARGIN,
+                    help=f"with --against: the product's noise margin, a share (default {NOISE_MARGIN})")
     args = ap.parse_args()
     if args.summary:
-        print(summary(args.summary))
+        if not 0.0 <= args.margin < 1.0:
+            raise SystemExit(f"--margin must be in [0, 1), got {args.margin}")
+        try:
+            print(summary(args.summary, against=args.against, margin=args.margin))
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
         return
     if args.saved:
         saved = json.loads(Path(args.saved).read_text())

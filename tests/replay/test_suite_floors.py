@@ -90,3 +90,34 @@ def test_the_makespan_parts_count_idle_gpus_and_width_weighted_starts():
     assert parts["gpu_starts"] == 4
     assert parts["start_charge_s"] == pytest.approx(4 * 20.0 / 4)
     assert bench_suite.makespan_parts({"num_gpus": 4, "makespan_s": 1.0, "jobs": []}, 20.0) == {}
+
+
+@pytest.mark.parametrize("met, product, expected", [
+    (54, 0.30, "ahead"),  # one more target met outranks any product
+    (52, 0.10, "behind"),
+    (53, 0.187, "ahead"),  # 6.5 % below the defaults' 0.2
+    (53, 0.189, "within noise"),  # 5.5 % below: inside the margin
+    (53, 0.211, "within noise"),
+    (53, 0.213, "behind"),
+])
+def test_the_verdict_needs_a_lead_beyond_the_noise_margin(met, product, expected):
+    assert bench_suite.verdict(met, product, 53, 0.2, margin=0.06) == expected
+
+
+def test_the_summary_marks_each_row_against_the_defaults(tmp_path):
+    def run(name, makespan):
+        path = tmp_path / f"{name}.json"
+        cells = [{"trace": "t", "policy": "shockwave", "makespan_s": makespan, "avg_jct_s": 50.0,
+                  "worst_rho": 1.0, "unfair_fraction_1_05": 0.1, "mean_rho": 0.5},
+                 {"trace": "t", "policy": "max_min_fairness", "makespan_s": 100.0, "avg_jct_s": 100.0,
+                  "worst_rho": 2.0, "unfair_fraction_1_05": 0.2, "mean_rho": 1.0}]
+        path.write_text(json.dumps({"overrides": [name], "loads": {"t": [100, 2.0]}, "cells": cells}))
+        return str(path)
+
+    base, near, far = run("base", 80.0), run("near", 78.0), run("far", 70.0)
+    rows = {r.split(" | ")[0].strip("| `"): r.split(" | ")[-1].strip(" |")
+            for r in bench_suite.summary([base, near, far], against=base).splitlines()[2:]}
+    # products scale with the makespan: 78 / 80 is 2.5 % below, 70 / 80 12.5 % below
+    assert rows == {"base": "the defaults", "near": "within noise", "far": "ahead"}
+    with pytest.raises(ValueError, match="not one of"):
+        bench_suite.summary([near, far], against=base)
