@@ -43,6 +43,14 @@ class ShockwaveConfig:
         moment, any round they lose (to a job's window deadline, a wide job's packing) or any
         remaining time predicted short ends the run on a cluster of a few long jobs (d240-accordion-48gpu:
         idle GPUs worth 4,282 s of its 49,188 s makespan at 1.0).
+    tail_packing: the spare of the leftover charges per job (ours, true since session 36, the
+        twenty-second round of docs/choosing_defaults.md; false: one spare for all). The work bound
+        assumes the jobs can be packed side by side to the end; where the longest multi-GPU jobs
+        cannot (two 8-GPU jobs and a 4-GPU one on 16 GPUs), a backward list schedule of them from the
+        work bound (:func:`market.shockwave.tables.tail_ends`) finds each one's latest end E_j, and
+        ``makespan_k`` and ``excess_k`` charge its leftover beyond theta E_j less the window. Without
+        it such jobs waited, on time, until the work bound alone made them late, and then took
+        turns on a cluster they could not fill.
     lam: exponent of the fairness priority rho^lam (the reference's 12; ours 14, chosen on the
         development suite, benchmarks/suite/dev_suite.toml, together with ``utility = "alpha_fair"``,
         ``alpha = 0.6`` and unrounded profiles, ``[predictor] profile_rounding = "none"``:
@@ -230,6 +238,7 @@ class ShockwaveConfig:
     contiguous_shortfall: str = "repack"
     fewer_starts: bool = False
     work_bound_fraction: float = 0.85
+    tail_packing: bool = True
 
     def margin_at(self, num_gpus: int) -> float:
         """The preemption margin on ``num_gpus`` GPUs: ``preempt_margin``, grown in proportion to the

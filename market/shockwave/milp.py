@@ -9,7 +9,7 @@ import structlog
 
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.levels import concave_envelope, solve_by_levels
-from market.shockwave.tables import LeftoverPenalty, Tables, wide_job_rows, width_classes
+from market.shockwave.tables import LeftoverPenalty, Tables, charged_leftover, wide_job_rows, width_classes
 from market.solver import solve
 
 
@@ -112,7 +112,7 @@ def _coefficients(tables: Tables, config: ShockwaveConfig) -> tuple[np.ndarray, 
     """
     N, F = len(tables.ids), config.future_rounds
     a = tables.utility - tables.utility[:, :1]
-    left_ks = tables.leftover / 1000.0
+    left_ks = charged_leftover(tables) / 1000.0
     b = config.k * 1000.0 * N * F
     e = config.makespan_k * 1000.0 * N * F
     if config.excess_k > 0:  # each job's leftover beyond spare, charged in a (concave in n: the level search holds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from market.shockwave.tables import Tables, width_classes
+from market.shockwave.tables import Tables, charged_leftover, width_classes
 
 
 # ---------------------------------------------------------------------------------- packing
@@ -422,7 +422,7 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
         last = utility[rows, c] - utility[rows, np.maximum(c - 1, 0)]
         worth = np.where(can, last / width, np.inf)
         # a job whose leftover the makespan charge counts (beyond the spare) sets the makespan: its rounds go last
-        critical = tables.leftover[rows, c] > tables.spare_leftover
+        critical = charged_leftover(tables)[rows, c] > tables.spare_leftover
         if np.isfinite(worth[~critical]).any():
             worth = np.where(critical, np.inf, worth)
         c[int(np.argmin(worth))] -= 1

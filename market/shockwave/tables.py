@@ -8,6 +8,10 @@ from typing import NamedTuple, Protocol, Sequence
 import numpy as np
 
 from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
+
+#: ``tail_packing``: the jobs :func:`tail_ends` places have at least this share of the longest
+#: remaining time (ours, session 36: one value tried, against placing every multi-GPU job).
+TAIL_SHARE = 0.5
 from predictor.predictor import Prediction
 
 
@@ -55,6 +59,9 @@ class Tables:
     # (N,) rounds: once the present work fits in the window (work bound <= F L), the last round j can
     # start in and still end by the work bound, floor((work bound - R_j) / L); F where it does not fit
     latest_start: np.ndarray | None = None
+    # (N,) seconds added to a job's positive leftover where the makespan charges read it (``tail_packing``):
+    # spare_leftover less the job's own spare, so they count leftover_j - spare_j; None: 0
+    charge_offset: np.ndarray | None = None
     plain_utility: np.ndarray | None = None  # (N, F+1) U_j(n), unweighted (fairness "reference" only)
     infeasible: bool = False  # fairness "reference": some job cannot meet the constraint (fallback)
 
@@ -144,6 +151,12 @@ def tabulate(
     runnable = width <= num_gpus
     work_bound = float(width[runnable] @ R[runnable]) / max(num_gpus, 1)
     spare = max(0.0, config.work_bound_fraction * work_bound - F * L)
+    # The run's tail: a long multi-GPU job that cannot run beside the other long ones to the end is
+    # due before the work bound; its own spare, theta x its end less the window, replaces the spare.
+    charge_offset = None
+    if config.tail_packing and N:
+        own = np.maximum(0.0, config.work_bound_fraction * tail_ends(width, R, num_gpus, work_bound) - F * L)
+        charge_offset = spare - own
     # The run's last stretch: once all present work fits in the window, a job that starts after
     # floor((W - R_j) / L) ends after the work bound W, and a re-plan a few rounds on may defer it again.
     if work_bound <= F * L:
@@ -175,7 +188,7 @@ def tabulate(
             ids=[int(j.job_id) for j in jobs], width=width, utility=utility, leftover=leftover, n_max=n_max,
             n_min=n_min, constrained=n_min > 0, priority=priority, rho=rho, slack=bound - now_s - R, remaining=R,
             deadline=np.full(N, F, dtype=np.int64), spare_leftover=spare, latest_start=latest_start,
-            plain_utility=plain,
+            charge_offset=charge_offset, plain_utility=plain,
             infeasible=not feasible,
         )
 
@@ -209,7 +222,51 @@ def tabulate(
         deadline=deadline,
         spare_leftover=spare,
         latest_start=latest_start,
+        charge_offset=charge_offset,
     )
+
+
+def tail_ends(width: np.ndarray, remaining_s: np.ndarray, num_gpus: int, horizon_s: float) -> np.ndarray:
+    """When each job must end, in seconds from now, for the run to end by ``horizon_s`` (the work
+    bound) with the cluster full to the end (ours, ``tail_packing``). Shape (N,), each at most
+    ``horizon_s``.
+
+    A backward list schedule of the long multi-GPU jobs, those with at least :data:`TAIL_SHARE` of
+    the longest remaining time R: from ``horizon_s`` back, each takes, as late as it can, the
+    ``width_j`` GPUs that stay free latest, the longest first (the ones a fair share leaves to the
+    end of the run), the widest first at equal R. A job ends where the ``width_j``-th of its GPUs is
+    taken: where the longest jobs cannot all run side by side to the end (two 8-GPU jobs and a
+    4-GPU one on 16 GPUs, all with R = X: the 4-GPU one is due X before the others), the ones that do
+    not fit are due earlier. The greedy's own packing loss can push its first-placed jobs' starts
+    before now; every end then moves later by the most any job overruns now, so that only the order
+    of the ends makes a job due early. The other jobs (1-GPU jobs fill any gap; shorter jobs fill
+    the gaps before the end) and jobs wider than the cluster keep ``horizon_s``.
+    """
+    width = np.asarray(width, dtype=np.int64)
+    remaining = np.asarray(remaining_s, dtype=np.float64)
+    ends = np.full(len(width), float(horizon_s))
+    fits = width <= num_gpus
+    longest = float(np.max(remaining[fits], initial=0.0))
+    placed = fits & (width > 1) & (remaining >= TAIL_SHARE * longest) & (remaining > 0)
+    free = np.full(max(int(num_gpus), 1), float(horizon_s))  # each GPU is free until this time
+    for j in np.lexsort((-width, -remaining)):
+        if not placed[j]:
+            continue
+        w = int(width[j])
+        take = np.argpartition(-free, w - 1)[:w]  # the w GPUs free latest
+        ends[j] = float(free[take].min())
+        free[take] = ends[j] - remaining[j]
+    overrun = float(np.max(remaining[placed] - ends[placed], initial=0.0))
+    return np.minimum(ends + max(overrun, 0.0), float(horizon_s))
+
+
+def charged_leftover(tables: Tables) -> np.ndarray:
+    """(N, F+1) seconds: the leftover the makespan charges read, ``leftover`` plus each job's
+    ``charge_offset`` where it is positive (``tail_packing``), so that the largest of them beyond
+    ``spare_leftover`` is the largest leftover beyond its own job's spare."""
+    if tables.charge_offset is None:
+        return tables.leftover
+    return np.where(tables.leftover > 1e-9, tables.leftover + tables.charge_offset[:, None], tables.leftover)
 
 
 def missed_deadlines(x: np.ndarray, tables: Tables) -> np.ndarray:
@@ -268,4 +325,4 @@ def evaluate_counts(tables: Tables, counts: np.ndarray, config: ShockwaveConfig)
     rows = np.arange(N)
     welfare = tables.utility[rows, counts].sum() / (N * config.future_rounds)
     charge = LeftoverPenalty(config.k, config.makespan_k, tables.spare_leftover)
-    return float(welfare - charge(float(tables.leftover[rows, counts].max())))
+    return float(welfare - charge(float(charged_leftover(tables)[rows, counts].max())))
