@@ -10,7 +10,10 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   leftover. U is the log in the reference (the Nash social welfare); by default (ours, since
   session 29) the alpha-fair utility with alpha = 0.7 (0.6 until session 33; below). The reference has the k term only; ``makespan_k`` (ours) charges the
   part of z beyond a margin under the work bound, spare = theta sum_j w_j R_j / G - F L
-  (``Tables.spare_leftover``, theta = ``work_bound_fraction``).
+  (``Tables.spare_leftover``, theta = ``work_bound_fraction``). With ``tail_packing`` (ours, the
+  default since session 36) each job has its own spare, theta E_j - F L, E_j its latest end in a
+  backward list schedule of the long multi-GPU jobs from the work bound (:func:`tables.tail_ends`),
+  where the longest jobs cannot all run side by side to the end (``Tables.charge_offset``).
   ``log`` is the true log with log(0) := log(1e-6) (the reference's origin), tabulated for every
   n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
   ``log_approximation_bases`` instead, and ``utility="alpha_fair"`` (ours, the default) the alpha-fair

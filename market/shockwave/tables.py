@@ -236,11 +236,12 @@ def tail_ends(width: np.ndarray, remaining_s: np.ndarray, num_gpus: int, horizon
     ``width_j`` GPUs that stay free latest, the longest first (the ones a fair share leaves to the
     end of the run), the widest first at equal R. A job ends where the ``width_j``-th of its GPUs is
     taken: where the longest jobs cannot all run side by side to the end (two 8-GPU jobs and a
-    4-GPU one on 16 GPUs, all with R = X: the 4-GPU one is due X before the others), the ones that do
-    not fit are due earlier. The greedy's own packing loss can push its first-placed jobs' starts
-    before now; every end then moves later by the most any job overruns now, so that only the order
-    of the ends makes a job due early. The other jobs (1-GPU jobs fill any gap; shorter jobs fill
-    the gaps before the end) and jobs wider than the cluster keep ``horizon_s``.
+    4-GPU one on 16 GPUs, all with R = X: the 8-GPU ones are due at the work bound 1.25 X, the 4-GPU
+    one at X, as if it had to run from now), the ones that do not fit are due earlier. The greedy's
+    own packing loss can push its first-placed jobs' starts before now; every end then moves later
+    by the most any job overruns now, so that only the order of the ends makes a job due early. The
+    other jobs (1-GPU jobs fill any gap; shorter jobs fill the gaps before the end) and jobs wider
+    than the cluster keep ``horizon_s``.
     """
     width = np.asarray(width, dtype=np.int64)
     remaining = np.asarray(remaining_s, dtype=np.float64)
