@@ -268,32 +268,38 @@ def test_pack_contiguous_exchanges_rounds_it_could_not_place():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 100_000), n=st.integers(2, 24), G=st.sampled_from([2, 4, 8, 16]), F=st.integers(2, 10))
-def test_exchanges_keep_capacity_counts_and_deadlines(seed, n, G, F):
-    # full windows with mixed widths and deadlines, the case where the round-by-round pass falls short
+@given(seed=st.integers(0, 100_000))
+def test_exchanges_keep_capacity_counts_and_deadlines(seed):
+    # full windows with mixed widths and deadlines, the case where the round-by-round pass falls
+    # short: about 3 in 10 random windows exercise the exchanges, so each example draws windows from
+    # its seed until one does (filtering with assume() left too few examples on some runs)
     from market.shockwave import packing
 
     rng = np.random.default_rng(seed)
-    width = np.minimum(rng.choice([1, 2, 4], size=n, p=[0.6, 0.3, 0.1]), G)
-    counts = rng.integers(1, F + 1, size=n)
-    while (width * counts).sum() > G * F:
-        i = rng.integers(n)
-        counts[i] = max(0, counts[i] - 1)
-    deadline = np.where(rng.random(n) < 0.3, rng.integers(1, F + 1, size=n), F)
-    seen = []
     real = packing._exchange
+    for _ in range(200):
+        n, G, F = int(rng.integers(2, 25)), int(rng.choice([2, 4, 8, 16])), int(rng.integers(2, 11))
+        width = np.minimum(rng.choice([1, 2, 4], size=n, p=[0.6, 0.3, 0.1]), G)
+        counts = rng.integers(1, F + 1, size=n)
+        while (width * counts).sum() > G * F:
+            i = rng.integers(n)
+            counts[i] = max(0, counts[i] - 1)
+        deadline = np.where(rng.random(n) < 0.3, rng.integers(1, F + 1, size=n), F)
+        seen = []
 
-    def spy(x, c, w, due, num_gpus):
-        before, owed = x.copy(), c.copy()
-        real(x, c, w, due, num_gpus)
-        seen.append((before, owed, x.copy(), c.copy()))
+        def spy(x, c, w, due, num_gpus):
+            before, owed = x.copy(), c.copy()
+            real(x, c, w, due, num_gpus)
+            seen.append((before, owed, x.copy(), c.copy()))
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(packing, "_exchange", spy)
-        x, shortfall = pack_contiguous(counts, width, rng.permutation(n), rng.random(n) < 0.5, G, F,
-                                       priority=rng.uniform(1, 50, n), stay_bonus=2.0, deadline=deadline)
-    assert (width @ x <= G).all() and x.sum() + shortfall == counts.sum()
-    assume(seen)  # only windows the pass could not complete exercise the exchanges
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(packing, "_exchange", spy)
+            x, shortfall = pack_contiguous(counts, width, rng.permutation(n), rng.random(n) < 0.5, G, F,
+                                           priority=rng.uniform(1, 50, n), stay_bonus=2.0, deadline=deadline)
+        assert (width @ x <= G).all() and x.sum() + shortfall == counts.sum()
+        if seen:
+            break
+    assert seen, "no window of 200 exercised the exchanges"
     before, owed, after, left = seen[0]
     placed = (owed - left)
     assert (after.sum(axis=1) == before.sum(axis=1) + placed).all()  # only the short jobs gain rounds
