@@ -270,9 +270,8 @@ def test_pack_contiguous_exchanges_rounds_it_could_not_place():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 100_000))
 def test_exchanges_keep_capacity_counts_and_deadlines(seed):
-    # full windows with mixed widths and deadlines, the case where the round-by-round pass falls
-    # short: about 3 in 10 random windows exercise the exchanges, so each example draws windows from
-    # its seed until one does (filtering with assume() left too few examples on some runs)
+    # full windows, mixed widths and deadlines: about 3 in 10 leave the round-by-round pass short and
+    # exercise the exchanges, so each example draws windows until one does (assume() filtered too many)
     from market.shockwave import packing
 
     rng = np.random.default_rng(seed)
