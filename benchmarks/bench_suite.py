@@ -405,13 +405,13 @@ def summary(paths: list[str], policy: str = "shockwave", against: str | None = N
         rows.append((-met, sum(logs.values()), label, met, total, len(cells), means, path))
     head = "| setting | traces | targets met | makespan | avg JCT | worst ρ | unfair | mean ρ | product |"
     lines = [head + (" against the defaults |" if against else ""), "|---" * (10 if against else 9) + "|"]
-    base = next(((r[3], math.prod(r[6].values())) for r in rows if r[7] == against), None)
+    defaults = next(((r[3], math.prod(r[6].values())) for r in rows if r[7] == against), None)
     for _, _, label, met, total, n, means, path in sorted(rows):
         product = math.prod(means.values())
         line = (f"| {label} | {n} | {met}/{total} | " + " | ".join(f"{means[k]:.3f}" for k in keys)
                 + f" | {100.0 * product:.4f} % |")
         if against:
-            line += " the defaults |" if path == against else f" {verdict(met, product, *base, margin)} |"
+            line += " the defaults |" if path == against else f" {verdict(met, product, *defaults, margin)} |"
         lines.append(line)
     return "\n".join(lines)
 

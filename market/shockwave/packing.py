@@ -413,6 +413,7 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
     floor = np.where(tables.constrained, tables.n_min, 0)
     rows = np.arange(len(c))
     steps = max_steps if max_steps is not None else future_rounds * num_gpus
+    charged = charged_leftover(tables)  # the leftover the makespan charges read, (N, F+1)
     for _ in range(steps):
         if pack_counts(c, width, order, num_gpus, future_rounds)[1] == 0:
             return c
@@ -422,7 +423,7 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
         last = utility[rows, c] - utility[rows, np.maximum(c - 1, 0)]
         worth = np.where(can, last / width, np.inf)
         # a job whose leftover the makespan charge counts (beyond the spare) sets the makespan: its rounds go last
-        critical = charged_leftover(tables)[rows, c] > tables.spare_leftover
+        critical = charged[rows, c] > tables.spare_leftover
         if np.isfinite(worth[~critical]).any():
             worth = np.where(critical, np.inf, worth)
         c[int(np.argmin(worth))] -= 1

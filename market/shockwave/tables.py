@@ -8,11 +8,11 @@ from typing import NamedTuple, Protocol, Sequence
 import numpy as np
 
 from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
+from predictor.predictor import Prediction
 
 #: ``tail_packing``: the jobs :func:`tail_ends` places have at least this share of the longest
 #: remaining time (ours, session 36: one value tried, against placing every multi-GPU job).
 TAIL_SHARE = 0.5
-from predictor.predictor import Prediction
 
 
 class PlanJob(Protocol):
