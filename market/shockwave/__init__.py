@@ -18,7 +18,8 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   n; ``utility="pwl"`` uses the reference's piecewise-linear interpolation over
   ``log_approximation_bases`` instead, and ``utility="alpha_fair"`` (ours, the default) the alpha-fair
   utility (u^(1 - alpha) - 1) / (1 - alpha) (Mo and Walrand, IEEE/ACM ToN 2000; the log at
-  alpha = 1). ``excess_k`` (ours, 1e-5 by default since session 30) also charges each job's own leftover beyond spare,
+  alpha = 1); on fewer than ``alpha_gpus`` GPUs (ours, 32 since session 37) alpha shrinks in
+  proportion to the cluster (0.35 on 16 GPUs, ``ShockwaveConfig.alpha_at``). ``excess_k`` (ours, 1e-5 by default since session 30) also charges each job's own leftover beyond spare,
   excess_k max(0, leftover_j - spare) in the units of P_j U_j (:func:`milp._coefficients`).
   With ``restart_cost`` (ours, the default since session 33) a job that did not run in the round
   before the window has its restart seconds added to R_j, and its row of U is replaced by its least

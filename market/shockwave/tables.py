@@ -91,14 +91,15 @@ def projected_run_s(remaining_s: np.ndarray, num_gpus: int, projection: str = "c
     return out
 
 
-def _utility_of_progress(u: np.ndarray, config: ShockwaveConfig) -> np.ndarray:
+def _utility_of_progress(u: np.ndarray, config: ShockwaveConfig, num_gpus: int) -> np.ndarray:
     """U(u) of normalised progress u (any shape, in [0, 1]): log u, the reference's piecewise-linear
     log, or the alpha-fair utility (u^(1 - alpha) - 1) / (1 - alpha) (Mo and Walrand, IEEE/ACM
     ToN 2000), which is log u at alpha = 1; u below ``LOG_ORIGIN`` counts as ``LOG_ORIGIN``."""
-    if config.utility == "log" or (config.utility == "alpha_fair" and config.alpha == 1.0):
+    alpha = config.alpha_at(num_gpus)
+    if config.utility == "log" or (config.utility == "alpha_fair" and alpha == 1.0):
         return np.log(np.maximum(u, LOG_ORIGIN))
     if config.utility == "alpha_fair":
-        e = 1.0 - config.alpha
+        e = 1.0 - alpha
         return (np.maximum(u, LOG_ORIGIN) ** e - 1.0) / e
     bases = np.asarray(config.log_approximation_bases, dtype=np.float64)
     values = np.log(np.maximum(bases, LOG_ORIGIN))
@@ -173,7 +174,7 @@ def tabulate(
     near_done = late & (R < L)
     priority[near_done] = rho[near_done] ** NEAR_DONE_POWER
     priority = np.minimum(priority, config.priority_cap)
-    plain = _utility_of_progress(u, config)
+    plain = _utility_of_progress(u, config, num_gpus)
     utility = priority[:, None] * plain
 
     bound = config.rhomax * target

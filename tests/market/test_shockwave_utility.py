@@ -13,7 +13,7 @@ from tests.plan_jobs import random_jobs
 # 100 s epochs of either, so it moves job 0 from u = 0.05 to 0.07 and job 1 from 0.6 to 0.8.
 # Both targets are far off and the leftover charge is off, so only the utility decides.
 JOBS = [plan_input(0, 1, 100, 5, 9_500.0, 100.0, 1e7), plan_input(1, 1, 10, 6, 400.0, 100.0, 1e7)]
-BASE = dict(future_rounds=1, makespan_k=0.0, k=0.0, priority_floor=1.0)
+BASE = dict(future_rounds=1, makespan_k=0.0, k=0.0, priority_floor=1.0, alpha_gpus=0)  # alpha as given on one GPU
 
 
 def _tables(config: ShockwaveConfig):
@@ -24,7 +24,7 @@ def test_alpha_fair_at_alpha_one_is_the_log():
     jobs = random_jobs(np.random.default_rng(7), 30)
     log = tabulate(jobs, num_gpus=8, now_s=1000.0, round_duration_s=100.0, config=ShockwaveConfig(utility="log"))
     one = tabulate(jobs, num_gpus=8, now_s=1000.0, round_duration_s=100.0,
-                   config=ShockwaveConfig(utility="alpha_fair", alpha=1.0))
+                   config=ShockwaveConfig(utility="alpha_fair", alpha=1.0, alpha_gpus=0))
     np.testing.assert_array_equal(one.utility, log.utility)
 
 
