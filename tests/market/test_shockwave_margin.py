@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import market.shockwave.planner as planner
-import numpy as np
-
 from market.shockwave import ShockwaveConfig, plan_input, plan_window, tabulate
 
 
