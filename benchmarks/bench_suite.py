@@ -181,7 +181,11 @@ def makespan_parts(results: dict, charge_s: float) -> dict:
     the one before), and ``start_charge_s``, those starts at the emulation's charge ``charge_s``
     each (an upper estimate: a lease shorter than the round is not charged). Besides these, M holds
     the isolated work (``makespan_floor_s``'s second term) and what rounds waste after a job ends
-    mid-round. Empty without the per-round records."""
+    mid-round. Where every job has ``arrival_s`` and ``finish_s``, ``idle_s`` splits by what waited
+    at each round's start (an arrived, unfinished job that the round did not place): ``idle_no_wait_s``,
+    no job waited (too little work: the run's tail, a light load); ``idle_too_wide_s``, every waiting
+    job was wider than the free GPUs (fragmentation by width); ``idle_fits_s``, a waiting job would
+    have fitted. Empty without the per-round records."""
     rounds, detail = results.get("rounds") or [], results.get("round_detail") or []
     if not rounds or not detail:
         return {}
@@ -194,8 +198,23 @@ def makespan_parts(results: dict, charge_s: float) -> dict:
         now = {int(k) for k in d["placement"]}
         started += sum(width.get(j, 1) for j in now - before)
         before = now
-    return {"idle_s": max(0.0, gpus * makespan - busy) / gpus, "gpu_starts": started,
-            "start_charge_s": started * charge_s / gpus}
+    out = {"idle_s": max(0.0, gpus * makespan - busy) / gpus, "gpu_starts": started,
+           "start_charge_s": started * charge_s / gpus}
+    jobs = results["jobs"]
+    if jobs and all("arrival_s" in j and "finish_s" in j for j in jobs) and len(detail) == len(rounds):
+        split = dict.fromkeys(("idle_no_wait_s", "idle_too_wide_s", "idle_fits_s"), 0.0)
+        for r, end, d in zip(rounds, ends, detail):
+            free = gpus - r["gpus_used"]
+            if free <= 0 or end <= r["start_s"]:
+                continue
+            t, placed = r["start_s"], {int(k) for k in d["placement"]}
+            waiting = [j["scale_factor"] for j in jobs
+                       if j["arrival_s"] <= t < j["finish_s"] and j["job_id"] not in placed]
+            key = ("idle_no_wait_s" if not waiting else "idle_fits_s" if min(waiting) <= free
+                   else "idle_too_wide_s")
+            split[key] += free * (end - t) / gpus
+        out.update(split)
+    return out
 
 
 def add_set_argument(ap: argparse.ArgumentParser) -> None:

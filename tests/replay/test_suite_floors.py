@@ -90,6 +90,29 @@ def test_the_makespan_parts_count_idle_gpus_and_width_weighted_starts():
     assert parts["gpu_starts"] == 4
     assert parts["start_charge_s"] == pytest.approx(4 * 20.0 / 4)
     assert bench_suite.makespan_parts({"num_gpus": 4, "makespan_s": 1.0, "jobs": []}, 20.0) == {}
+    assert "idle_no_wait_s" not in parts  # the jobs carry no arrival and finish times
+
+
+def test_idle_gpus_split_by_what_waited_at_the_round_start():
+    # 4 GPUs, rounds at 0, 100 and 200 s. Round 0: jobs 1 (2 GPUs) and 2 run, job 3 (4 GPUs) waits
+    # on 1 free GPU; round 1: job 1 runs, job 4 (1 GPU, arrived at 50 s) waits on 2 free GPUs;
+    # round 2: jobs 1 and 4 run, job 3 has left, nothing waits
+    jobs = [{"job_id": 1, "scale_factor": 2, "arrival_s": 0.0, "finish_s": 300.0},
+            {"job_id": 2, "scale_factor": 1, "arrival_s": 0.0, "finish_s": 100.0},
+            {"job_id": 3, "scale_factor": 4, "arrival_s": 0.0, "finish_s": 200.0},
+            {"job_id": 4, "scale_factor": 1, "arrival_s": 50.0, "finish_s": 300.0}]
+    results = {
+        "num_gpus": 4, "makespan_s": 300.0, "jobs": jobs,
+        "rounds": [{"start_s": 0.0, "gpus_used": 3}, {"start_s": 100.0, "gpus_used": 2},
+                   {"start_s": 200.0, "gpus_used": 3}],
+        "round_detail": [{"placement": {"1": [0, 1], "2": [2]}}, {"placement": {"1": [0, 1]}},
+                         {"placement": {"1": [0, 1], "4": [2]}}],
+    }
+    parts = bench_suite.makespan_parts(results, 20.0)
+    assert parts["idle_too_wide_s"] == pytest.approx(1 * 100.0 / 4)
+    assert parts["idle_fits_s"] == pytest.approx(2 * 100.0 / 4)
+    assert parts["idle_no_wait_s"] == pytest.approx(1 * 100.0 / 4)
+    assert parts["idle_too_wide_s"] + parts["idle_fits_s"] + parts["idle_no_wait_s"] == pytest.approx(parts["idle_s"])
 
 
 @pytest.mark.parametrize("met, product, expected", [
