@@ -193,9 +193,9 @@ def makespan_parts(results: dict, charge_s: float) -> dict:
     ends = [r["start_s"] for r in rounds[1:]] + [max(makespan, rounds[-1]["start_s"])]
     busy = sum(r["gpus_used"] * (end - r["start_s"]) for r, end in zip(rounds, ends))
     width = {j["job_id"]: j["scale_factor"] for j in results["jobs"]}
+    placed = [{int(k) for k in d["placement"]} for d in detail]
     started, before = 0, set()
-    for d in detail:
-        now = {int(k) for k in d["placement"]}
+    for now in placed:
         started += sum(width.get(j, 1) for j in now - before)
         before = now
     out = {"idle_s": max(0.0, gpus * makespan - busy) / gpus, "gpu_starts": started,
@@ -203,13 +203,12 @@ def makespan_parts(results: dict, charge_s: float) -> dict:
     jobs = results["jobs"]
     if jobs and all("arrival_s" in j and "finish_s" in j for j in jobs) and len(detail) == len(rounds):
         split = dict.fromkeys(("idle_no_wait_s", "idle_too_wide_s", "idle_fits_s"), 0.0)
-        for r, end, d in zip(rounds, ends, detail):
-            free = gpus - r["gpus_used"]
-            if free <= 0 or end <= r["start_s"]:
+        for r, end, now in zip(rounds, ends, placed):
+            free, t = gpus - r["gpus_used"], r["start_s"]
+            if free <= 0 or end <= t:
                 continue
-            t, placed = r["start_s"], {int(k) for k in d["placement"]}
             waiting = [j["scale_factor"] for j in jobs
-                       if j["arrival_s"] <= t < j["finish_s"] and j["job_id"] not in placed]
+                       if j["arrival_s"] <= t < j["finish_s"] and j["job_id"] not in now]
             key = ("idle_no_wait_s" if not waiting else "idle_fits_s" if min(waiting) <= free
                    else "idle_too_wide_s")
             split[key] += free * (end - t) / gpus
