@@ -430,6 +430,46 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
     return None
 
 
+def hold_running(counts: np.ndarray, tables: Tables, running: np.ndarray, rounds: int) -> np.ndarray:
+    """The market's counts with each running job kept on its GPUs until the next re-plan (ours,
+    ``hold_until_replan``). Shape (N,) in, (N,) out; ``running`` (N,) bool marks the jobs that ran in
+    the round before the window, ``rounds`` is the re-plan interval (``reopt_rounds``).
+
+    A running job given fewer than min(``rounds``, n_max, F) rounds would be paused inside the
+    window and pay the restart charge again later. It takes the missing rounds from waiting jobs of
+    its own width, the highest-priority running job first, from the lowest-priority waiting job
+    first. A waiting job gives rounds only when it has no window deadline (``n_min`` of a
+    constrained job), is not late (rho <= 1) and is not due to start (``latest_start`` >= F), and
+    it keeps every round without which its leftover would be one the makespan charge counts (beyond
+    ``Tables.spare_leftover``; :func:`charged_leftover`). Rounds move only between jobs of one
+    width, so every width class keeps its GPU-rounds and the capacity rows still hold.
+    """
+    c = np.asarray(counts, dtype=np.int64).copy()
+    F = tables.leftover.shape[1] - 1
+    running = np.asarray(running, dtype=bool)
+    due = tables.latest_start if tables.latest_start is not None else np.full(len(c), F)
+    donor = (~running) & (c > 0) & ~(tables.constrained & (tables.n_min > 0)) & (tables.rho <= 1.0) & (due >= F)
+    charged = charged_leftover(tables)  # (N, F+1)
+    receivers = np.flatnonzero(running)
+    for k in receivers[np.argsort(-tables.priority[receivers], kind="stable")]:
+        need = int(min(rounds, tables.n_max[k], F) - c[k])
+        if need <= 0:
+            continue
+        peers = np.flatnonzero(donor & (tables.width == tables.width[k]) & (c > 0))
+        for j in peers[np.argsort(tables.priority[peers], kind="stable")]:
+            if need == 0:
+                break
+            keep = int(c[j])  # the fewest rounds j can keep with its leftover still within the spare
+            while keep > 0 and charged[j, keep - 1] <= tables.spare_leftover:
+                keep -= 1
+            take = min(need, int(c[j]) - keep)
+            if take > 0:
+                c[j] -= take
+                c[k] += take
+                need -= take
+    return c
+
+
 def work_conserve(x: np.ndarray, width: np.ndarray, remaining_s: np.ndarray, num_gpus: int) -> np.ndarray:
     """Fill idle GPUs of each round with unselected jobs, longest predicted remaining first (§4.9)."""
     x = x.copy()

@@ -13,7 +13,7 @@ import structlog
 
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.tables import evaluate_counts, missed_deadlines, PlanJob, Tables, tabulate, width_classes
-from market.shockwave.packing import (fewer_starts, greedy_counts, pack_contiguous, pack_counts, trim_counts,
+from market.shockwave.packing import (fewer_starts, greedy_counts, hold_running, pack_contiguous, pack_counts, trim_counts,
                                      urgency_order, work_conserve)
 from market.shockwave.milp import rank_milp, solve_counts, SolverFailure
 from market.shockwave.reference_model import CalibrationCalls, plan_reference, work_conserve_reference
@@ -228,6 +228,8 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
     shortfall, packer = 0, "solver"
     deadlines = path == "constrained"
     ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
+    if config.hold_until_replan and x is None:
+        counts = hold_running(counts, tables, ran, config.reopt_rounds)
 
     stay = config.lam * math.log1p(config.margin_at(num_gpus))  # a running job's log-priority credit
 
