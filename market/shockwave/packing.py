@@ -449,7 +449,10 @@ def hold_running(counts: np.ndarray, tables: Tables, running: np.ndarray, rounds
     running = np.asarray(running, dtype=bool)
     due = tables.latest_start if tables.latest_start is not None else np.full(len(c), F)
     donor = (~running) & (c > 0) & ~(tables.constrained & (tables.n_min > 0)) & (tables.rho <= 1.0) & (due >= F)
-    charged = charged_leftover(tables)  # (N, F+1)
+    # the fewest rounds each job needs for its leftover to stay within the spare (F + 1: none does);
+    # the leftover falls as rounds are added, so every count from there on stays within it too
+    within = charged_leftover(tables) <= tables.spare_leftover  # (N, F+1)
+    need_for_spare = np.where(within.any(axis=1), within.argmax(axis=1), F + 1)
     receivers = np.flatnonzero(running)
     for k in receivers[np.argsort(-tables.priority[receivers], kind="stable")]:
         need = int(min(rounds, tables.n_max[k], F) - c[k])
@@ -459,10 +462,7 @@ def hold_running(counts: np.ndarray, tables: Tables, running: np.ndarray, rounds
         for j in peers[np.argsort(tables.priority[peers], kind="stable")]:
             if need == 0:
                 break
-            keep = int(c[j])  # the fewest rounds j can keep with its leftover still within the spare
-            while keep > 0 and charged[j, keep - 1] <= tables.spare_leftover:
-                keep -= 1
-            take = min(need, int(c[j]) - keep)
+            take = min(need, int(c[j]) - int(need_for_spare[j]))
             if take > 0:
                 c[j] -= take
                 c[k] += take
