@@ -57,12 +57,12 @@ class ShockwaveConfig:
         running job fewer rounds than remain until the next re-plan: the job is paused inside the
         window, a waiting job of its width starts in its place, and both pay the restart charge
         again later. With it, such a running job takes the missing rounds from waiting jobs of its
-        width that have no window deadline, are not late, are not due to start and would not be
-        made long enough for the makespan charge; the round-count path only (the counts of
-        ``formulation = "time_indexed"`` come placed). Opt-in since session 40: on the development
-        suite it ranked ahead of false by 17 % of the product of the means (GPU starts 3-44 % fewer
-        on 13 of 14 traces, average JCT's mean 0.697x of max-min fairness's against 0.727x), but it
-        met 212 of the 213 validation targets (docs/choosing_defaults.md, twenty-sixth round).
+        width that have no window deadline, are not late, have at least a window (F L) of slack,
+        are not due to start and would not be made long enough for the makespan charge; the
+        round-count path only (the counts of ``formulation = "time_indexed"`` come placed). The
+        default since session 41: on the development suite it ranked ahead of false by 7.7 % of
+        the product of the means and met all 213 validation targets that false meets
+        (docs/choosing_defaults.md, twenty-sixth round, the slack form).
     lam: exponent of the fairness priority rho^lam (the reference's 12; ours 14, chosen on the
         development suite, benchmarks/suite/dev_suite.toml, together with ``utility = "alpha_fair"``,
         ``alpha = 0.6`` and unrounded profiles, ``[predictor] profile_rounding = "none"``:
@@ -265,7 +265,7 @@ class ShockwaveConfig:
     work_bound_fraction: float = 0.85
     tail_packing: bool = True
     alpha_gpus: int = 32
-    hold_until_replan: bool = False
+    hold_until_replan: bool = True
 
     def alpha_at(self, num_gpus: int) -> float:
         """The alpha of ``utility = "alpha_fair"`` on ``num_gpus`` GPUs: ``alpha``, scaled down in

@@ -430,17 +430,19 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
     return None
 
 
-def hold_running(counts: np.ndarray, tables: Tables, running: np.ndarray, rounds: int) -> np.ndarray:
+def hold_running(counts: np.ndarray, tables: Tables, running: np.ndarray, rounds: int,
+                 window_s: float) -> np.ndarray:
     """The market's counts with each running job kept on its GPUs until the next re-plan (ours,
     ``hold_until_replan``). Shape (N,) in, (N,) out; ``running`` (N,) bool marks the jobs that ran in
-    the round before the window, ``rounds`` is the re-plan interval (``reopt_rounds``).
+    the round before the window, ``rounds`` is the re-plan interval (``reopt_rounds``) and
+    ``window_s`` the window's length F L, seconds.
 
     A running job given fewer than min(``rounds``, n_max, F) rounds would be paused inside the
     window and pay the restart charge again later. It takes the missing rounds from waiting jobs of
     its own width, the highest-priority running job first, from the lowest-priority waiting job
     first. A waiting job gives rounds only when it has no window deadline (``n_min`` of a
-    constrained job), is not late (rho <= 1) and is not due to start (``latest_start`` >= F), and
-    it keeps every round without which its leftover would be one the makespan charge counts (beyond
+    constrained job), is not late (rho <= 1), has at least a window of slack (``Tables.slack`` >=
+    ``window_s``) and is not due to start (``latest_start`` >= F), and it keeps every round without which its leftover would be one the makespan charge counts (beyond
     ``Tables.spare_leftover``; :func:`charged_leftover`). Rounds move only between jobs of one
     width, so every width class keeps its GPU-rounds and the capacity rows still hold.
     """
@@ -448,7 +450,8 @@ def hold_running(counts: np.ndarray, tables: Tables, running: np.ndarray, rounds
     F = tables.leftover.shape[1] - 1
     running = np.asarray(running, dtype=bool)
     due = tables.latest_start if tables.latest_start is not None else np.full(len(c), F)
-    donor = (~running) & (c > 0) & ~(tables.constrained & (tables.n_min > 0)) & (tables.rho <= 1.0) & (due >= F)
+    donor = ((~running) & (c > 0) & ~(tables.constrained & (tables.n_min > 0)) & (tables.rho <= 1.0)
+             & (tables.slack >= window_s) & (due >= F))
     # the fewest rounds each job needs for its leftover to stay within the spare (F + 1: none does);
     # the leftover falls as rounds are added, so every count from there on stays within it too
     within = charged_leftover(tables) <= tables.spare_leftover  # (N, F+1)

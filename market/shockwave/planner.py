@@ -137,7 +137,8 @@ def plan_window(
             deadlines = False
         else:
             x, path, reason, solver, packer, shortfall = _solve_and_pack(
-                tables, num_gpus=num_gpus, round_index=round_index, config=config, running=running)
+                tables, num_gpus=num_gpus, round_index=round_index, config=config, running=running,
+                round_duration_s=round_duration_s)
             deadlines = path == "constrained"
             priority = tables.priority
     solve_s = time.perf_counter() - t0
@@ -187,9 +188,10 @@ def plan_window(
 
 
 def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: ShockwaveConfig,
-                    running: Sequence[int]) -> tuple[np.ndarray, str, str, str, str, int]:
+                    running: Sequence[int], round_duration_s: float) -> tuple[np.ndarray, str, str, str, str, int]:
     """The project's formulations: the model (constrained, else fallback, else greedy), then the
-    packing of its counts into rounds. Returns (x, path, reason, solver, packer, shortfall)."""
+    packing of its counts into rounds of ``round_duration_s`` seconds. Returns (x, path, reason,
+    solver, packer, shortfall)."""
     N, F = len(tables.ids), config.future_rounds
     order = urgency_order(tables)
     path, reason, x, solver = "constrained", "", None, ""
@@ -229,7 +231,7 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
     deadlines = path == "constrained"
     ran = np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
     if config.hold_until_replan and x is None:
-        counts = hold_running(counts, tables, ran, config.reopt_rounds)
+        counts = hold_running(counts, tables, ran, config.reopt_rounds, F * round_duration_s)
 
     stay = config.lam * math.log1p(config.margin_at(num_gpus))  # a running job's log-priority credit
 
