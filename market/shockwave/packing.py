@@ -442,9 +442,10 @@ def hold_running(counts: np.ndarray, tables: Tables, running: np.ndarray, rounds
     its own width, the highest-priority running job first, from the lowest-priority waiting job
     first. A waiting job gives rounds only when it has no window deadline (``n_min`` of a
     constrained job), is not late (rho <= 1), has at least a window of slack (``Tables.slack`` >=
-    ``window_s``) and is not due to start (``latest_start`` >= F), and it keeps every round without which its leftover would be one the makespan charge counts (beyond
-    ``Tables.spare_leftover``; :func:`charged_leftover`). Rounds move only between jobs of one
-    width, so every width class keeps its GPU-rounds and the capacity rows still hold.
+    ``window_s``) and is not due to start (``latest_start`` >= F), and it keeps every round without
+    which its leftover would be one the makespan charge counts (beyond ``Tables.spare_leftover``;
+    :func:`charged_leftover`). Rounds move only between jobs of one width, so every width class
+    keeps its GPU-rounds and the capacity rows still hold.
     """
     c = np.asarray(counts, dtype=np.int64).copy()
     F = tables.leftover.shape[1] - 1

@@ -24,7 +24,8 @@ def _tables(width, priority, *, rho=None, n_min=None, latest_start=None, leftove
                   n_max=np.full(N, F), n_min=np.zeros(N, np.int64) if n_min is None else np.asarray(n_min),
                   constrained=np.zeros(N, bool) if n_min is None else np.asarray(n_min) > 0,
                   priority=np.asarray(priority, float), rho=zeros + 0.5 if rho is None else np.asarray(rho, float),
-                  slack=zeros + WINDOW_S if slack is None else np.asarray(slack, float), remaining=zeros, deadline=np.full(N, F), spare_leftover=spare,
+                  slack=zeros + WINDOW_S if slack is None else np.asarray(slack, float), remaining=zeros,
+                  deadline=np.full(N, F), spare_leftover=spare,
                   latest_start=None if latest_start is None else np.asarray(latest_start))
 
 
