@@ -51,9 +51,6 @@ class ShockwaveConfig:
         ``makespan_k`` and ``excess_k`` charge its leftover beyond theta E_j less the window. Without
         it such jobs waited, on time, until the work bound alone made them late, and then took
         turns on a cluster they could not fill.
-    tail_share: the share of the longest remaining time from which ``tail_packing``'s backward list
-        schedule places a multi-GPU job (:func:`market.shockwave.tables.tail_ends`; 0.5, session
-        36's one value; other values an experiment of the twenty-eighth round).
     hold_until_replan: keep each running job on its GPUs until the next re-plan (ours,
         :func:`market.shockwave.packing.hold_running`; false: the market's counts as solved). The
         market values each round by the progress it buys, not by when it comes, so it often gives a
@@ -66,12 +63,6 @@ class ShockwaveConfig:
         default since session 41: on the development suite it ranked ahead of false by 7.7 % of
         the product of the means and met all 213 validation targets that false meets
         (docs/choosing_defaults.md, twenty-sixth round, the slack form).
-    work_conserve: the order in which work conservation (§4.9,
-        :func:`market.shockwave.packing.work_conserve`) fills a round's idle GPUs: "remaining" (the
-        reference: longest predicted remaining first) or "continuing" (an experiment of the
-        twenty-eighth round: first the jobs running in the round before, then those the plan starts in
-        the round after, longest remaining first within each, so that a filled round extends a run
-        rather than adding a start and a pause).
     lam: exponent of the fairness priority rho^lam (the reference's 12; ours 14, chosen on the
         development suite, benchmarks/suite/dev_suite.toml, together with ``utility = "alpha_fair"``,
         ``alpha = 0.6`` and unrounded profiles, ``[predictor] profile_rounding = "none"``:
@@ -273,10 +264,8 @@ class ShockwaveConfig:
     fewer_starts: bool = False
     work_bound_fraction: float = 0.85
     tail_packing: bool = True
-    tail_share: float = 0.5
     alpha_gpus: int = 32
     hold_until_replan: bool = True
-    work_conserve: str = "remaining"
 
     def alpha_at(self, num_gpus: int) -> float:
         """The alpha of ``utility = "alpha_fair"`` on ``num_gpus`` GPUs: ``alpha``, scaled down in
@@ -323,8 +312,6 @@ class ShockwaveConfig:
             raise ValueError(f"rho_from must be 'arrival' or 'trace_start', got {self.rho_from!r}")
         if self.projection not in ("constant", "departures", "alone"):
             raise ValueError(f"projection must be 'constant', 'departures' or 'alone', got {self.projection!r}")
-        if self.work_conserve not in ("remaining", "continuing"):
-            raise ValueError(f"work_conserve must be 'remaining' or 'continuing', got {self.work_conserve!r}")
         if self.unpackable not in ("trim", "time_indexed"):
             raise ValueError(f"unpackable must be 'trim' or 'time_indexed', got {self.unpackable!r}")
         if self.contiguous_shortfall not in ("repack", "drop"):
@@ -336,7 +323,6 @@ class ShockwaveConfig:
         if self.utility not in ("log", "pwl", "alpha_fair"):
             raise ValueError(f"utility must be 'log', 'pwl' or 'alpha_fair', got {self.utility!r}")
         check_range("alpha", self.alpha, 0.0, 10.0, low_open=True)
-        check_range("tail_share", self.tail_share, 0.0, 1.0)
         check_range("future_rounds", self.future_rounds, 1, FUTURE_ROUNDS_MAX)
         # larger weights overflow the market's coefficients to NaN on long leftovers (1e307 did)
         for name, top in (("k", WEIGHT_MAX), ("makespan_k", WEIGHT_MAX), ("excess_k", WEIGHT_MAX), ("lam", LAM_MAX)):

@@ -474,39 +474,15 @@ def hold_running(counts: np.ndarray, tables: Tables, running: np.ndarray, rounds
     return c
 
 
-def work_conserve(x: np.ndarray, width: np.ndarray, remaining_s: np.ndarray, num_gpus: int,
-                  ran: np.ndarray | None = None) -> np.ndarray:
-    """Fill idle GPUs of each round with unselected jobs, longest predicted remaining first (§4.9).
-
-    Args:
-        x: (N, F) bool placement of the market; not modified.
-        width: (N,) GPUs per job.
-        remaining_s: (N,) predicted remaining seconds, the order of the fill.
-        num_gpus: G.
-        ran: (N,) bool, the jobs that ran in the round before the window, or None (the reference's
-            order). Given, each round is filled first with jobs that keep running (they run in the
-            round before it, after its own fill) and then with jobs the plan starts in the round
-            after it, so that a filled round extends a run instead of adding a start; longest
-            predicted remaining first within each class (``work_conserve = "continuing"``).
-
-    Returns:
-        (N, F) bool placement, a superset of ``x`` using at most ``num_gpus`` GPUs in any round
-        where ``x`` did.
-    """
+def work_conserve(x: np.ndarray, width: np.ndarray, remaining_s: np.ndarray, num_gpus: int) -> np.ndarray:
+    """Fill idle GPUs of each round with unselected jobs, longest predicted remaining first (§4.9)."""
     x = x.copy()
     by_remaining = np.argsort(-remaining_s, kind="stable")
-    F = x.shape[1]
-    for t in range(F):
+    for t in range(x.shape[1]):
         idle = num_gpus - int(width[x[:, t]].sum())
         if idle <= 0:
             continue
-        order = by_remaining
-        if ran is not None:
-            before = ran if t == 0 else x[:, t - 1]
-            after = x[:, t + 1] if t + 1 < F else np.zeros_like(before)
-            cls = np.where(before, 0, np.where(after, 1, 2))
-            order = by_remaining[np.argsort(cls[by_remaining], kind="stable")]
-        for j in order:
+        for j in by_remaining:
             if not x[j, t] and width[j] <= idle:
                 x[j, t] = True
                 idle -= width[j]

@@ -154,9 +154,7 @@ def plan_window(
     if calls is not None:
         full = work_conserve_reference(x, tables.width, calls, num_gpus)
     else:
-        ran = (np.isin(np.asarray(tables.ids), np.asarray(list(running), dtype=np.int64))
-               if config.work_conserve == "continuing" else None)
-        full = work_conserve(x, tables.width, tables.remaining, num_gpus, ran=ran)
+        full = work_conserve(x, tables.width, tables.remaining, num_gpus)
     usage = tables.width @ full
     if np.any(usage > num_gpus):  # cannot happen by construction; never hand out an over-full round
         raise AssertionError(f"plan exceeds capacity: {usage.max()} > {num_gpus}")

@@ -156,8 +156,7 @@ def tabulate(
     # due before the work bound; its own spare, theta x its end less the window, replaces the spare.
     charge_offset = None
     if config.tail_packing and N:
-        ends = tail_ends(width, R, num_gpus, work_bound, config.tail_share)
-        own = np.maximum(0.0, config.work_bound_fraction * ends - F * L)
+        own = np.maximum(0.0, config.work_bound_fraction * tail_ends(width, R, num_gpus, work_bound) - F * L)
         charge_offset = spare - own
     # The run's last stretch: once all present work fits in the window, a job that starts after
     # floor((W - R_j) / L) ends after the work bound W, and a re-plan a few rounds on may defer it again.
@@ -228,15 +227,13 @@ def tabulate(
     )
 
 
-def tail_ends(width: np.ndarray, remaining_s: np.ndarray, num_gpus: int, horizon_s: float,
-              share: float = TAIL_SHARE) -> np.ndarray:
+def tail_ends(width: np.ndarray, remaining_s: np.ndarray, num_gpus: int, horizon_s: float) -> np.ndarray:
     """When each job must end, in seconds from now, for the run to end by ``horizon_s`` (the work
     bound) with the cluster full to the end (ours, ``tail_packing``). Shape (N,), each at most
     ``horizon_s``.
 
-    A backward list schedule of the long multi-GPU jobs, those with at least ``share`` (the config's
-    ``tail_share``, by default :data:`TAIL_SHARE`) of the longest remaining time R: from
-    ``horizon_s`` back, each takes, as late as it can, the
+    A backward list schedule of the long multi-GPU jobs, those with at least :data:`TAIL_SHARE` of
+    the longest remaining time R: from ``horizon_s`` back, each takes, as late as it can, the
     ``width_j`` GPUs that stay free latest, the longest first (the ones a fair share leaves to the
     end of the run), the widest first at equal R. A job ends where the ``width_j``-th of its GPUs is
     taken: where the longest jobs cannot all run side by side to the end (two 8-GPU jobs and a
@@ -252,7 +249,7 @@ def tail_ends(width: np.ndarray, remaining_s: np.ndarray, num_gpus: int, horizon
     ends = np.full(len(width), float(horizon_s))
     fits = width <= num_gpus
     longest = float(np.max(remaining[fits], initial=0.0))
-    placed = fits & (width > 1) & (remaining >= share * longest) & (remaining > 0)
+    placed = fits & (width > 1) & (remaining >= TAIL_SHARE * longest) & (remaining > 0)
     free = np.full(max(int(num_gpus), 1), float(horizon_s))  # each GPU is free until this time
     for j in np.lexsort((-width, -remaining)):
         if not placed[j]:
