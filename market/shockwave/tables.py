@@ -11,7 +11,9 @@ from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
 from predictor.predictor import Prediction
 
 #: ``tail_packing``: the jobs :func:`tail_ends` places have at least this share of the longest
-#: remaining time (ours, session 36: one value tried, against placing every multi-GPU job).
+#: remaining time (ours, session 36: one value tried, against placing every multi-GPU job; at
+#: session 41's defaults 0.25, 0.75 and 0 rank within the noise margin of it: docs/choosing_defaults.md,
+#: twenty-eighth round).
 TAIL_SHARE = 0.5
 
 
