@@ -16,6 +16,8 @@ __all__ = [
     "calibration_factor",
     "calibration_factor_rounds",
     "momentum_target",
+    "momentum_target_of",
+    "share_series_arrays",
     "profile_epoch_durations",
 ]
 
@@ -82,22 +84,26 @@ def dirichlet_remaining_runtime(
     mode_list = sorted(set(int(b) for b in modes))
     if not mode_list:
         raise ValueError("no batch-size regime known")
-    index = {b: i for i, b in enumerate(mode_list)}
     try:
         durations = np.array([float(epoch_s_by_batch_size[b]) for b in mode_list])
-        observed = np.array([index[int(b)] for b in observed_batch_sizes], dtype=np.int64)
     except KeyError as err:
         raise ValueError(f"batch size {err.args[0]} has no regime or no epoch duration") from None
+    regimes = np.array(mode_list, dtype=np.int64)
+    sizes = np.asarray(observed_batch_sizes, dtype=np.int64).reshape(-1)
+    observed = np.minimum(np.searchsorted(regimes, sizes), len(mode_list) - 1)
+    unknown = regimes[observed] != sizes
+    if unknown.any():
+        raise ValueError(f"batch size {int(sizes[unknown.argmax()])} has no regime or no epoch duration")
     if running_sums:
         return _dirichlet_running_sums(num_epochs, remaining_epochs, observed.tolist(), durations.tolist(),
                                        len(mode_list))
     counts = np.bincount(observed, minlength=len(mode_list)).astype(np.float64)
     posterior = num_epochs / len(mode_list) + counts
     rebased = num_epochs * posterior / posterior.sum()
-    # Remove the observed epochs one by one, never below zero (reference order: epoch order).
-    for i in observed:
-        if rebased[i] >= 1.0:
-            rebased[i] -= 1.0
+    # Remove the observed epochs one at a time while the regime keeps at least 1 (the reference's
+    # loop): a regime with c_b observed epochs loses min(c_b, floor(r_b)) of them. Subtracting a
+    # whole number below r_b < 2^53 is exact, so this equals the loop's result bit for bit.
+    rebased -= np.minimum(counts, np.floor(rebased))
     inflated = max(int(rebased.sum() + 1.0), remaining_epochs)
     return float(np.dot(rebased, durations) * remaining_epochs / inflated)
 
@@ -216,7 +222,7 @@ def _recalibration(measured: float, profiled: float, threshold: float) -> float 
 
 
 def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momentum: float = 0.9, *,
-                    running_sum: bool = False) -> float:
+                    running_sum: bool = False, clip: bool = False) -> float:
     """Fair-share finish-time target FTobj from its estimate series (docs/reference.md §4.5).
 
     Args:
@@ -226,6 +232,8 @@ def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momen
         running_sum: evaluate A in the reference's order of floating-point operations (each weight
             over their sum, then a running sum of weight x estimate), which can differ from the
             weighted mean in the last bits (the reference preset, ``PredictorConfig.reference_float_order``).
+        clip: count an entry later than ``round_index`` (a restored serve's, from before its restart)
+            as made in ``round_index`` instead of raising.
 
     Returns:
         momentum x A + (1 - momentum) x v_n, where A weights each estimate by the rounds it was in
@@ -237,9 +245,26 @@ def momentum_target(series: Sequence[tuple[int, float]], round_index: int, momen
     """
     if not series:
         raise ValueError("empty fair-share series")
-    rounds = np.array([r for r, _ in series] + [round_index], dtype=np.float64)
-    values = np.array([v for _, v in series], dtype=np.float64)
-    if rounds[:-1].max() > round_index:
+    rounds, values = share_series_arrays(series)
+    return momentum_target_of(rounds, values, round_index, momentum, running_sum=running_sum, clip=clip)
+
+
+def share_series_arrays(series: Sequence[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """The series as float64 arrays (rounds (S,), estimates (S,)), as :func:`momentum_target_of` takes it."""
+    return (np.array([r for r, _ in series], dtype=np.float64), np.array([v for _, v in series], dtype=np.float64))
+
+
+def momentum_target_of(rounds: np.ndarray, values: np.ndarray, round_index: int, momentum: float = 0.9, *,
+                       running_sum: bool = False, clip: bool = False) -> float:
+    """:func:`momentum_target` of a series kept as arrays (:func:`share_series_arrays`), so that a
+    caller that evaluates an unchanged series every round converts it once; same arguments, same
+    result to the bit, same errors (an empty series included)."""
+    if len(values) == 0:
+        raise ValueError("empty fair-share series")
+    rounds = np.append(rounds, float(round_index))
+    if clip:
+        np.minimum(rounds, round_index, out=rounds)
+    elif rounds[:-1].max() > round_index:
         raise ValueError("fair-share series has an entry after the current round")
     weights = np.diff(rounds)
     total = weights.sum()

@@ -19,13 +19,13 @@ Two sources of batch-size regimes:
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Mapping
 
 import msgspec
 import numpy as np
 
+from predictor.record import JobRecord
 from predictor.state import decode_state, encode_state, restore_record
 from workloads.errors import check_range
 from predictor.posterior import (
@@ -33,7 +33,8 @@ from predictor.posterior import (
     calibration_factor_rounds,
     compact_share_series,
     dirichlet_remaining_runtime,
-    momentum_target,
+    momentum_target_of,
+    share_series_arrays,
     profile_epoch_durations,
 )
 
@@ -145,58 +146,6 @@ class PredictorConfig:
         check_range("unknown_epoch_s", self.unknown_epoch_s, 0.0, 604_800.0, low_open=True)
 
 
-@dataclass(slots=True)
-class _JobRecord:
-    job_id: int
-    submit_s: float
-    add_round: int
-    scale_factor: int
-    num_epochs: int
-    samples_per_epoch: int
-    initial_batch_size: int
-    profile_bs: np.ndarray | None  # (E,) int
-    profile_epoch_s: np.ndarray | None  # (E,) pristine, rounded
-    initial_throughput: float | None
-    batch_size: int
-    changes: list[tuple[int, int]] = field(default_factory=list)  # (epoch, new batch size)
-    epochs_done: int = 0
-    measured_samples: float = 0.0
-    run_s: float = 0.0
-    measurements: list[tuple[int, float, int]] = field(default_factory=list)  # rounds completed, steps/s, bs
-    calibration: float = 1.0  # calibration_clock "rounds": the multiplier in force
-    pending: tuple[int, list[float]] | None = None  # "rounds": (calls already made, factors after each call)
-    steps_by_bs: dict[int, list[float]] = field(default_factory=dict)  # bs -> [steps, seconds]
-    share_series: list[tuple[int, float]] = field(default_factory=list)
-    peak_active: int = 0  # the most jobs active at once since it was added
-    predictions: list[tuple[int, float, float, float]] = field(default_factory=list)  # round, now, R, run_s
-
-    # ------------------------------------------------------------------ derived quantities
-    def observed_schedule(self, upto: int) -> np.ndarray:
-        """Reported batch size of epochs 0..upto-1 (from the change events)."""
-        out = np.full(upto, self.initial_batch_size, dtype=np.int64)
-        for epoch, bs in sorted(self.changes):
-            if epoch < upto:
-                out[max(epoch, 0):] = bs
-        return out
-
-    def measured_epoch_s(self, bs: int, unknown_epoch_s: float) -> float:
-        """Epoch seconds at batch size ``bs`` from measured throughput (profile-less regimes)."""
-        steps_per_epoch = math.ceil(self.samples_per_epoch / bs)
-        rec = self.steps_by_bs.get(bs)
-        if rec is not None and rec[0] > 0 and rec[1] > 0:
-            return steps_per_epoch * rec[1] / rec[0]
-        # No measurement at this batch size: the nearest measured batch size's sample rate.
-        measured = [(abs(math.log(b / bs)), b, r) for b, r in self.steps_by_bs.items() if r[0] > 0 and r[1] > 0]
-        if measured:
-            _, b, r = min(measured)
-            samples_per_s = r[0] * b / r[1]
-            return self.samples_per_epoch / samples_per_s
-        if self.initial_throughput and self.initial_throughput > 0:
-            samples_per_s = self.initial_throughput * self.initial_batch_size
-            return self.samples_per_epoch / samples_per_s
-        return unknown_epoch_s
-
-
 class Predictor:
     """Cluster-wide remaining-runtime predictor and fair-share target keeper.
 
@@ -218,7 +167,7 @@ class Predictor:
                  keep_finished: int | None = None, series_limit: int | None = None) -> None:
         self.config = config or PredictorConfig()
         self.round_duration_s = float(round_duration_s)
-        self._jobs: dict[int, _JobRecord] = {}
+        self._jobs: dict[int, JobRecord] = {}
         self._reestimate = True
         self._last_num_gpus: int | None = None
         self._finished: dict[int, list[dict[str, float]]] = {}
@@ -289,7 +238,7 @@ class Predictor:
             raise ValueError(f"job {job_id}: without a profile, num_epochs, samples_per_epoch and batch_size are required")
         if num_epochs <= 0 or samples_per_epoch <= 0 or batch_size <= 0:
             raise ValueError(f"job {job_id}: num_epochs, samples_per_epoch and batch_size must be > 0")
-        self._jobs[job_id] = _JobRecord(
+        self._jobs[job_id] = JobRecord(
             job_id=job_id,
             submit_s=float(submit_s),
             add_round=int(round_index),
@@ -345,6 +294,7 @@ class Predictor:
             rec[0] += throughput * seconds
             rec[1] += seconds
         job.run_s += max(seconds, 0.0)
+        job.version += 1
 
     def observe_batch_size_change(self, job_id: int, *, epoch: int, old_batch_size: int, new_batch_size: int) -> None:
         """Record that the job's batch size became ``new_batch_size`` from epoch ``epoch`` on.
@@ -360,6 +310,7 @@ class Predictor:
             return
         job.changes.append((int(epoch), int(new_batch_size)))
         job.batch_size = int(new_batch_size)
+        job.version += 1
 
     def remove_job(self, job_id: int, *, finish_s: float) -> None:
         """Drop a completed job and score every prediction made for it.
@@ -438,13 +389,15 @@ class Predictor:
                 job.share_series.append((int(round_index), job.submit_s + (elapsed + remaining) / share))
                 if self._series_limit is not None and len(job.share_series) > self._series_limit:
                     job.share_series = compact_share_series(job.share_series, self._series_limit // 2)
+                job.share_arrays = None
         self._reestimate = False
         out: dict[int, Prediction] = {}
         for job_id, job in self._jobs.items():
             remaining, mean_epoch, elapsed, _, chain = basics[job_id]
-            series = [(min(r, round_index), v) for r, v in job.share_series]
-            target = momentum_target(series, round_index, self.config.momentum,
-                                     running_sum=self.config.reference_float_order)
+            if job.share_arrays is None:
+                job.share_arrays = share_series_arrays(job.share_series)
+            target = momentum_target_of(*job.share_arrays, round_index, self.config.momentum,
+                                        running_sum=self.config.reference_float_order, clip=True)
             job.predictions.append((int(round_index), float(now_s), remaining, job.run_s))
             out[job_id] = Prediction(
                 job_id=job_id,
@@ -455,7 +408,7 @@ class Predictor:
                 remaining_s=remaining,
                 mean_epoch_s=mean_epoch,
                 elapsed_epochs_s=elapsed,
-                fair_share_finish_s=series[-1][1],
+                fair_share_finish_s=job.share_series[-1][1],
                 target_finish_s=target,
                 batch_size=job.batch_size,
                 calibration_chain=chain,
@@ -472,7 +425,7 @@ class Predictor:
             job.calibration = factors[min(n, len(factors) - 1)]
             job.pending = None
 
-    def _estimates(self, job: _JobRecord, reestimate: bool):
+    def _estimates(self, job: JobRecord, reestimate: bool):
         """(R, d̄, elapsed, (R, elapsed) for the share estimate, calibration chain) of one job."""
         if self.config.calibration_clock != "rounds" or job.profile_bs is None or job.profile_epoch_s is None:
             remaining, mean_epoch, elapsed = self._estimate(job)
@@ -501,9 +454,19 @@ class Predictor:
         chain = tuple((r, m) for r, m, _ in estimates) if len(estimates) > 1 else ()
         return remaining, mean_epoch, elapsed, share or (remaining, elapsed), chain
 
-    def _estimate(self, job: _JobRecord, factor: float | None = None) -> tuple[float, float, float]:
+    def _estimate(self, job: JobRecord, factor: float | None = None) -> tuple[float, float, float]:
         """(R, d̄, sum of durations of epochs < p) for one job, seconds; ``factor``: the calibration
-        (``calibration_clock = "rounds"``)."""
+        (``calibration_clock = "rounds"``). A pure function of what the job reported, so a job that
+        reported nothing since its last estimate (under the same calibration) gets that one back."""
+        key = (job.version, (job.calibration if factor is None else factor)
+               if self.config.calibration_clock == "rounds" else None)
+        if job.last_estimate is not None and job.last_estimate[0] == key:
+            return job.last_estimate[1]
+        result = self._estimate_anew(job, factor)
+        job.last_estimate = (key, result)
+        return result
+
+    def _estimate_anew(self, job: JobRecord, factor: float | None) -> tuple[float, float, float]:
         E, p = job.num_epochs, job.epochs_done
         upto = min(p + 1, E)  # epochs 0..p, the current one included (§4.4, §4.6)
         if job.profile_bs is not None and job.profile_epoch_s is not None:
@@ -593,7 +556,7 @@ class Predictor:
         """Ids of the registered, not yet removed jobs, in add order."""
         return list(self._jobs)
 
-    def _job(self, job_id: int) -> _JobRecord:
+    def _job(self, job_id: int) -> JobRecord:
         try:
             return self._jobs[job_id]
         except KeyError:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import msgspec
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from predictor.predictor import _JobRecord
+    from predictor.record import JobRecord
 
 __all__ = ["JobState", "decode_state", "encode_state", "restore_record"]
 
@@ -63,7 +63,7 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(JobState)
 
 
-def encode_state(job: "_JobRecord") -> bytes:
+def encode_state(job: "JobRecord") -> bytes:
     """The record's :class:`JobState`, MessagePack-encoded."""
     return _encoder.encode(JobState(
         job_id=job.job_id, submit_s=job.submit_s, add_round=job.add_round, scale_factor=job.scale_factor,
@@ -89,7 +89,7 @@ def decode_state(data: bytes) -> JobState:
         raise ValueError(f"predictor state: {err}") from None
 
 
-def restore_record(job: "_JobRecord", state: JobState) -> None:
+def restore_record(job: "JobRecord", state: JobState) -> None:
     """Overwrite what ``job`` (just added, from the same submission) learnt with ``state``, in place.
 
     Raises:
@@ -109,3 +109,4 @@ def restore_record(job: "_JobRecord", state: JobState) -> None:
     job.pending = (state.pending[0], list(state.pending[1])) if state.pending is not None else None
     job.steps_by_bs = {b: [steps, seconds] for b, steps, seconds in state.steps_by_bs}
     job.share_series, job.peak_active = list(state.share_series), state.peak_active
+    job.share_arrays = job.last_estimate = None
