@@ -89,7 +89,11 @@ def dirichlet_remaining_runtime(
     except KeyError as err:
         raise ValueError(f"batch size {err.args[0]} has no regime or no epoch duration") from None
     regimes = np.array(mode_list, dtype=np.int64)
-    sizes = np.asarray(observed_batch_sizes, dtype=np.int64).reshape(-1)
+    try:
+        sizes = np.asarray(observed_batch_sizes, dtype=np.int64).reshape(-1)
+    except OverflowError:  # beyond int64, so beyond every regime
+        big = next(b for b in observed_batch_sizes if abs(int(b)) >= 2**63)
+        raise ValueError(f"batch size {int(big)} has no regime or no epoch duration") from None
     observed = np.minimum(np.searchsorted(regimes, sizes), len(mode_list) - 1)
     unknown = regimes[observed] != sizes
     if unknown.any():

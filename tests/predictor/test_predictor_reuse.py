@@ -58,6 +58,8 @@ def test_posterior_names_an_observed_batch_size_without_a_regime():
         dirichlet_remaining_runtime(10, 2, [32, 48, 64], [32, 64], {32: 1.0, 64: 2.0})
     with pytest.raises(ValueError, match="batch size 1024 "):
         dirichlet_remaining_runtime(10, 2, [1024], [32, 64], {32: 1.0, 64: 2.0})
+    with pytest.raises(ValueError, match=f"batch size {2**70} "):
+        dirichlet_remaining_runtime(10, 2, [32, 2**70], [32, 64], {32: 1.0, 64: 2.0})
 
 
 @settings(max_examples=200, deadline=None)
