@@ -1,7 +1,10 @@
-"""MILP solver selection and options for the cvxpy models of ``market/`` (open-source only).
+"""MILP solver selection and options for the models of ``market/`` (open-source only).
 
 HiGHS (through cvxpy, package ``highspy``) is the default; SCIP (``pyscipopt``) is used when asked for
-and installed. cvxpy is imported lazily: importing it costs 1-2 s.
+and installed. cvxpy is imported lazily: importing it costs 1-2 s. :func:`solve_highs` hands HiGHS a
+model already in matrix form (:class:`HighsLp`) exactly as cvxpy's HiGHS interface would, for models
+whose cvxpy compilation costs more than their solve (the reference preset's,
+market/shockwave/reference_matrix.py).
 
 Determinism: in simulation the solvers run on one thread with a fixed seed and a node limit (a
 deterministic limit); in live mode a wall-clock time budget is added.
@@ -16,13 +19,15 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 #: the largest solver seed: HiGHS's ``random_seed`` range (and the runs' seeds, which seed it)
 SEED_MAX = 2**31 - 1
 
 __all__ = ["LIMIT_STATUSES", "MILP_SOLVERS", "available_milp_solvers", "choose_solver", "counting_limit_stops",
-           "quiet_highs_banner", "solve", "solver_options"]
+           "quiet_highs_banner", "solve", "solve_highs", "solver_options", "HighsLp", "SolverError"]
 
 #: MILP-capable solvers this project supports, in default order of preference.
 MILP_SOLVERS: tuple[str, ...] = ("HIGHS", "SCIP")
@@ -197,3 +202,93 @@ def counting_limit_stops() -> Iterator[list[str]]:
         yield stops
     finally:
         _limit_stops.reset(token)
+
+
+class SolverError(RuntimeError):
+    """A solver gave up with an error (HiGHS's model or solve error), as cvxpy's ``SolverError``."""
+
+
+class HighsLp(NamedTuple):
+    """A MILP in the form cvxpy hands HiGHS: minimise cost @ v subject to
+    matrix[:num_equalities] @ v == rhs[:num_equalities], matrix[num_equalities:] @ v <= rhs[...],
+    col_lower <= v <= col_upper, v[integer] binary (their bounds clipped to [0, 1]).
+
+    Shapes: cost (n,), matrix (m, n) CSC with sorted indices, rhs (m,), col_lower and col_upper
+    (n,), integer (k,) column indices.
+    """
+
+    cost: np.ndarray
+    matrix: Any
+    rhs: np.ndarray
+    num_equalities: int
+    col_lower: np.ndarray
+    col_upper: np.ndarray
+    integer: np.ndarray
+
+
+#: HiGHS model statuses as cvxpy 1.9 names them (``cvxpy...highs_conif.HIGHS.STATUS_MAP``); any
+#: other status is "unknown". "solver_error" raises :class:`SolverError`.
+_HIGHS_STATUS = {
+    "kNotset": "solver_error", "kModelError": "solver_error", "kSolveError": "solver_error",
+    "kOptimal": "optimal", "kInfeasible": "infeasible", "kUnboundedOrInfeasible": "infeasible_or_unbounded",
+    "kUnbounded": "unbounded", "kObjectiveBound": "user_limit", "kObjectiveTarget": "user_limit",
+    "kTimeLimit": "user_limit", "kIterationLimit": "user_limit", "kSolutionLimit": "user_limit",
+}
+#: statuses that come with a solution (cvxpy's ``SOLUTION_PRESENT``)
+SOLUTION_STATUSES: tuple[str, ...] = ("optimal", "optimal_inaccurate", "user_limit")
+
+
+def solve_highs(lp: HighsLp, options: dict[str, Any]) -> tuple[str, np.ndarray | None]:
+    """Solve ``lp`` with HiGHS as cvxpy's HiGHS interface does, without cvxpy's compiler.
+
+    The model, its options (``solver_options("HIGHS", ...)``) and the order in which they are set
+    are the ones cvxpy 1.9 passes, so that HiGHS takes the same search path as for the cvxpy model
+    with the same matrix. Returns cvxpy's name for the status and the column values (None unless
+    the status is in ``SOLUTION_STATUSES``). A stop by a limit is counted as :func:`solve` counts it.
+
+    Raises:
+        SolverError: HiGHS reports a model or solve error.
+    """
+    import highspy as hp
+
+    quiet_highs_banner()
+    inf = hp.kHighsInf
+    model = hp.HighsModel()
+    prog = model.lp_
+    prog.num_col_, prog.num_row_ = lp.matrix.shape[1], lp.matrix.shape[0]
+    prog.offset_ = 0
+    prog.col_cost_ = lp.cost
+    prog.row_lower_ = np.concatenate([lp.rhs[:lp.num_equalities], -inf * np.ones(len(lp.rhs) - lp.num_equalities)])
+    prog.row_upper_ = lp.rhs
+    prog.a_matrix_.format_ = hp.MatrixFormat.kColwise
+    prog.a_matrix_.start_ = lp.matrix.indptr
+    prog.a_matrix_.index_ = lp.matrix.indices
+    prog.a_matrix_.value_ = lp.matrix.data
+    lower, upper = lp.col_lower.copy(), lp.col_upper.copy()
+    if len(lp.integer):
+        integrality = [hp.HighsVarType.kContinuous] * prog.num_col_
+        for i in lp.integer:
+            integrality[i] = hp.HighsVarType.kInteger
+        mask = np.asarray(lp.integer, dtype=int)
+        lower[mask] = np.maximum(lower[mask], 0)
+        upper[mask] = np.minimum(upper[mask], 1)
+        prog.integrality_ = integrality
+    prog.col_lower_ = lower
+    prog.col_upper_ = upper
+    highs = hp.Highs()
+    highs.setOptionValue("log_to_console", False)
+    for name, value in options.items():
+        if highs.setOptionValue(name, value) == hp.HighsStatus.kError:
+            raise ValueError(f"HiGHS refused option {name} = {value!r}")
+    highs.passModel(model)
+    highs.run()
+    status = _HIGHS_STATUS.get(highs.getModelStatus().name, "unknown")
+    if status == "solver_error":
+        raise SolverError(f"HiGHS: {highs.getModelStatus().name}")
+    stops = _limit_stops.get()
+    if stops is not None and status in LIMIT_STATUSES:
+        stops.append(status)
+    solution = highs.getSolution()
+    if status not in SOLUTION_STATUSES or not solution.value_valid:
+        return status, None
+    return status, np.array(solution.col_value)

@@ -20,7 +20,10 @@ plan, so that a replay can follow the reference round for round (README.md "Refe
 the measured comparison). Every coefficient is computed by the same floating-point operations; a
 different order (a matrix product in place of an element-wise product, numpy's power in place of
 Python's) changes last bits, and among the many plans that are equal within the 1e-3 gap the
-solver may then return another one.
+solver may then return another one. With HiGHS the matrix is written directly
+(market/shockwave/reference_matrix.py, equal to cvxpy 1.9's to the bit) instead of compiled from
+these cvxpy models, which cost a quarter of the preset's replay; the models here define it, and
+serve any other solver.
 """
 
 from __future__ import annotations
@@ -117,10 +120,8 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
     Raises:
         SolverFailure: the fallback model has no solution (the reference asserts there is one).
     """
-    from cvxpy.settings import SOLUTION_PRESENT
-
     from market.shockwave.milp import SolverFailure, _solver_and_options
-    from market.solver import solve
+    from market.solver import SOLUTION_STATUSES as SOLUTION_PRESENT
 
     solver, options = _solver_and_options(config)
     args = (tables.width, np.array([max(1, int(j.num_epochs)) for j in jobs]),
@@ -129,44 +130,85 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
     kw = dict(num_gpus=num_gpus, window_start_s=window_start_s, round_duration_s=round_duration_s, config=config)
     reason = "a job cannot meet the reference's fairness constraint"
     if not tables.infeasible:
-        problem, x = build_window_model(*args, None, **kw)
         try:
-            solve(problem, solver, options)
+            status, value = _solve_window(args, None, kw, solver, options)
         except Exception as err:  # noqa: BLE001 - the fallback follows, as in the reference
             reason = f"fairness constraints: {solver} raised {type(err).__name__}: {err}"
         else:
-            if x.value is not None and problem.status in SOLUTION_PRESENT:
-                return ReferencePlan(_rounded(x.value), "constrained", "", [1.0] * len(jobs), "solver", solver)
-            reason = f"fairness constraints: {solver} status {problem.status}"
+            if value is not None and status in SOLUTION_PRESENT:
+                return ReferencePlan(_rounded(value), "constrained", "", [1.0] * len(jobs), "solver", solver)
+            reason = f"fairness constraints: {solver} status {status}"
     remaining = []
     for c in calls:  # §4.7 step 1: a calibration, then the posterior
         c.calibrate()
         remaining.append(c.remaining())
     priorities = reference_priorities(remaining, args[5], now_s=window_start_s, num_gpus=num_gpus,
                                       round_duration_s=round_duration_s, config=config)
-    problem, x = build_window_model(*args, priorities, **kw)
     try:
-        solve(problem, solver, options)
+        status, values = _solve_window(args, priorities, kw, solver, options)
     except Exception as err:  # noqa: BLE001
         raise SolverFailure(f"{solver} raised {type(err).__name__}: {err}") from err
-    if x.value is None:
-        raise SolverFailure(f"{solver}: no solution (status {problem.status})")
-    values = np.asarray(x.value)
+    if values is None:
+        raise SolverFailure(f"{solver}: no solution (status {status})")
     counts = [values[j].sum() for j in range(values.shape[0])]
     ranked = None
     if any(c > 0 for c in counts):
-        rank, y, order = build_rank_model(values, counts, priorities, tables.width, num_gpus)
         try:
-            solve(rank, solver, options)
+            status, y_value, order = _solve_rank(values, counts, priorities, tables.width, num_gpus, solver, options)
         except Exception:  # noqa: BLE001 - the reference keeps the fallback's rounds
             pass
         else:
-            if y.value is not None and rank.status in SOLUTION_PRESENT:
+            if y_value is not None and status in SOLUTION_PRESENT:
                 ranked = np.zeros_like(values)
-                ranked[order] = np.asarray(y.value).T
+                ranked[order] = y_value.T
     if ranked is None:
         return ReferencePlan(_rounded(values), "fallback", reason, priorities, "solver", solver)
     return ReferencePlan(_rounded(ranked), "fallback", reason, priorities, "rank_milp", solver)
+
+
+def _solve_window(args: tuple, priorities: list[float] | None, kw: dict, solver: str,
+                  options: dict) -> tuple[str, np.ndarray | None]:
+    """Solve the window model; (status, x's values ((N, F)) or None). HiGHS receives the matrix of
+    market/shockwave/reference_matrix.py, equal to the cvxpy model's to the bit, without cvxpy's
+    compiler (a quarter of the preset's time); another solver gets the cvxpy model."""
+    if solver == "HIGHS":
+        from market.shockwave.reference_matrix import window_lp
+        from market.solver import solve_highs
+
+        lp, x_cols = window_lp(*args, priorities, **kw)
+        status, value = solve_highs(lp, options)
+        shape = (len(args[0]), kw["config"].future_rounds)
+        return status, None if value is None else _boolean(value[x_cols].reshape(shape, order="F"))
+    from market.solver import solve
+
+    problem, x = build_window_model(*args, priorities, **kw)
+    status = solve(problem, solver, options)
+    return status, None if x.value is None else np.asarray(x.value)
+
+
+def _solve_rank(values: np.ndarray, counts: list, priorities: list[float], width: np.ndarray, num_gpus: int,
+                solver: str, options: dict) -> tuple[str, np.ndarray | None, list[int]]:
+    """Solve the rank MILP as :func:`_solve_window` solves the window model; (status, y's values
+    ((F, N), column c for job order[c]) or None, order)."""
+    if solver == "HIGHS":
+        from market.shockwave.reference_matrix import rank_lp
+        from market.solver import solve_highs
+
+        lp, order = rank_lp(counts, priorities, width, num_gpus, values.shape[1])
+        status, value = solve_highs(lp, options)
+        shape = (values.shape[1], len(counts))
+        return status, None if value is None else _boolean(value.reshape(shape, order="F")), order
+    from market.solver import solve
+
+    rank, y, order = build_rank_model(values, counts, priorities, width, num_gpus)
+    status = solve(rank, solver, options)
+    return status, None if y.value is None else np.asarray(y.value), order
+
+
+def _boolean(values: np.ndarray) -> np.ndarray:
+    """A boolean variable's values as cvxpy 1.9 returns them: clipped to [0, 1] and rounded
+    (``Leaf.project``), so that the fallback's round counts are whole numbers."""
+    return np.round(np.clip(values, 0.0, 1.0))
 
 
 def _rounded(values: np.ndarray) -> np.ndarray:
