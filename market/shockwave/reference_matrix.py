@@ -28,7 +28,8 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from market.shockwave.config import LOG_ORIGIN, ShockwaveConfig
+from market.shockwave.config import ShockwaveConfig
+from market.shockwave.reference_model import WindowInput, log_breakpoints
 from market.solver import HighsLp
 
 
@@ -59,31 +60,17 @@ class _Rows:
         return matrix, np.concatenate(self.rhs)
 
 
-def window_lp(
-    width: np.ndarray,
-    num_epochs: np.ndarray,
-    epochs_done: np.ndarray,
-    remaining_s: Sequence[float],
-    mean_epoch_s: Sequence[float],
-    target_s: Sequence[float],
-    priority: Sequence[float] | None,
-    *,
-    num_gpus: int,
-    window_start_s: float,
-    round_duration_s: float,
-    config: ShockwaveConfig,
-) -> tuple[HighsLp, slice]:
+def window_lp(window: WindowInput, priority: Sequence[float] | None, *, num_gpus: int, window_start_s: float,
+              round_duration_s: float, config: ShockwaveConfig) -> tuple[HighsLp, slice]:
     """:func:`market.shockwave.reference_model.build_window_model`'s problem as HiGHS receives it,
     and the slice of its columns that holds x ((N, F), column-major: round by round)."""
-    N, F, L = len(width), config.future_rounds, float(round_duration_s)
-    bases = [float(b) for b in config.log_approximation_bases]
-    B = len(bases)
-    ell = np.array([np.log(LOG_ORIGIN) if b == 0.0 else np.log(b) for b in bases])
-    beta = np.array(bases)
-    inv_e = 1.0 / np.asarray(num_epochs, dtype=np.float64)
-    p = np.asarray(epochs_done, dtype=np.float64)
-    dbar = np.asarray(mean_epoch_s, dtype=np.float64)
-    R = np.asarray(remaining_s, dtype=np.float64)
+    N, F, L = len(window.width), config.future_rounds, float(round_duration_s)
+    beta, ell = log_breakpoints(config)
+    B = len(beta)
+    inv_e = 1.0 / np.asarray(window.num_epochs, dtype=np.float64)
+    p = np.asarray(window.epochs_done, dtype=np.float64)
+    dbar = np.asarray(window.mean_epoch_s, dtype=np.float64)
+    R = np.asarray(window.remaining_s, dtype=np.float64)
     jobs = np.arange(N)
     lam0, top = 0, B * N  # lambda[i, j] at lam0 + j B + i
     t_col = top + 1 + 2 * jobs  # leftover epigraph t_j
@@ -115,7 +102,7 @@ def window_lp(
     # capacity, round by round
     rounds = np.arange(F)
     x_cols = x0 + rounds[:, None] * N + jobs[None, :]  # (F, N)
-    ineq.add(np.repeat(rounds, N), x_cols.ravel(), np.tile(np.asarray(width, dtype=np.float64), F),
+    ineq.add(np.repeat(rounds, N), x_cols.ravel(), np.tile(np.asarray(window.width, dtype=np.float64), F),
              np.full(F, float(num_gpus)))
     # SOS2 rows, job by job
     pairs = [(a, b) for a in range(B - 2) for b in range(a + 2, B)]
@@ -137,7 +124,7 @@ def window_lp(
     if priority is None:  # constraint 5
         share = min(1.0, num_gpus / N)
         window_end = window_start_s + F * L
-        bound = np.asarray(target_s, dtype=np.float64) * config.rhomax
+        bound = np.asarray(window.target_s, dtype=np.float64) * config.rhomax
         ineq.add(jobs, t_col, np.full(N, 1.0 / share), -(window_end - bound))
 
     # cvxpy bounds the auxiliary variables by what it infers: t_j in [0, max(0, R_j)] (pi_j >= 0);

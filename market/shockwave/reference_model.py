@@ -50,6 +50,26 @@ class ReferencePlan(NamedTuple):
     solver: str
 
 
+class WindowInput(NamedTuple):
+    """One window's N jobs as the reference's model reads them (docs/reference.md §4.6): width (N,)
+    GPUs; num_epochs E (N,), each at least 1; epochs_done p (N,); remaining_s R, mean_epoch_s d̄
+    and target_s FTobj (N,) seconds (remaining run time, mean epoch duration, finish-time target)."""
+
+    width: np.ndarray
+    num_epochs: np.ndarray
+    epochs_done: np.ndarray
+    remaining_s: Sequence[float]
+    mean_epoch_s: Sequence[float]
+    target_s: Sequence[float]
+
+
+def log_breakpoints(config: ShockwaveConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(beta, ell), (B,) each: the bases of the piecewise-linear log and their logs, log(0) taken as
+    log(``LOG_ORIGIN``) as in the reference."""
+    bases = [float(b) for b in config.log_approximation_bases]
+    return np.array(bases), np.array([np.log(LOG_ORIGIN) if b == 0.0 else np.log(b) for b in bases])
+
+
 class CalibrationCalls:
     """The reference's calibration calls for one job during one re-plan (§4.3, §4.6-§4.9).
 
@@ -124,14 +144,14 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
     from market.solver import SOLUTION_STATUSES as SOLUTION_PRESENT
 
     solver, options = _solver_and_options(config)
-    args = (tables.width, np.array([max(1, int(j.num_epochs)) for j in jobs]),
-            np.array([int(j.epochs_done) for j in jobs]), [float(j.remaining_s) for j in jobs],
-            [float(j.mean_epoch_s) for j in jobs], [float(j.target_finish_s) for j in jobs])
+    window = WindowInput(tables.width, np.array([max(1, int(j.num_epochs)) for j in jobs]),
+                         np.array([int(j.epochs_done) for j in jobs]), [float(j.remaining_s) for j in jobs],
+                         [float(j.mean_epoch_s) for j in jobs], [float(j.target_finish_s) for j in jobs])
     kw = dict(num_gpus=num_gpus, window_start_s=window_start_s, round_duration_s=round_duration_s, config=config)
     reason = "a job cannot meet the reference's fairness constraint"
     if not tables.infeasible:
         try:
-            status, value = _solve_window(args, None, kw, solver, options)
+            status, value = _solve_window(window, None, kw, solver, options)
         except Exception as err:  # noqa: BLE001 - the fallback follows, as in the reference
             reason = f"fairness constraints: {solver} raised {type(err).__name__}: {err}"
         else:
@@ -142,10 +162,10 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
     for c in calls:  # §4.7 step 1: a calibration, then the posterior
         c.calibrate()
         remaining.append(c.remaining())
-    priorities = reference_priorities(remaining, args[5], now_s=window_start_s, num_gpus=num_gpus,
+    priorities = reference_priorities(remaining, window.target_s, now_s=window_start_s, num_gpus=num_gpus,
                                       round_duration_s=round_duration_s, config=config)
     try:
-        status, values = _solve_window(args, priorities, kw, solver, options)
+        status, values = _solve_window(window, priorities, kw, solver, options)
     except Exception as err:  # noqa: BLE001
         raise SolverFailure(f"{solver} raised {type(err).__name__}: {err}") from err
     if values is None:
@@ -166,7 +186,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
     return ReferencePlan(_rounded(ranked), "fallback", reason, priorities, "rank_milp", solver)
 
 
-def _solve_window(args: tuple, priorities: list[float] | None, kw: dict, solver: str,
+def _solve_window(window: WindowInput, priorities: list[float] | None, kw: dict, solver: str,
                   options: dict) -> tuple[str, np.ndarray | None]:
     """Solve the window model; (status, x's values ((N, F)) or None). HiGHS receives the matrix of
     market/shockwave/reference_matrix.py, equal to the cvxpy model's to the bit, without cvxpy's
@@ -175,13 +195,13 @@ def _solve_window(args: tuple, priorities: list[float] | None, kw: dict, solver:
         from market.shockwave.reference_matrix import window_lp
         from market.solver import solve_highs
 
-        lp, x_cols = window_lp(*args, priorities, **kw)
+        lp, x_cols = window_lp(window, priorities, **kw)
         status, value = solve_highs(lp, options)
-        shape = (len(args[0]), kw["config"].future_rounds)
+        shape = (len(window.width), kw["config"].future_rounds)
         return status, None if value is None else _boolean(value[x_cols].reshape(shape, order="F"))
     from market.solver import solve
 
-    problem, x = build_window_model(*args, priorities, **kw)
+    problem, x = build_window_model(window, priorities, **kw)
     status = solve(problem, solver, options)
     return status, None if x.value is None else np.asarray(x.value)
 
@@ -237,20 +257,8 @@ def reference_priorities(
     return out
 
 
-def build_window_model(
-    width: np.ndarray,
-    num_epochs: np.ndarray,
-    epochs_done: np.ndarray,
-    remaining_s: Sequence[float],
-    mean_epoch_s: Sequence[float],
-    target_s: Sequence[float],
-    priority: Sequence[float] | None,
-    *,
-    num_gpus: int,
-    window_start_s: float,
-    round_duration_s: float,
-    config: ShockwaveConfig,
-):
+def build_window_model(window: WindowInput, priority: Sequence[float] | None, *, num_gpus: int,
+                       window_start_s: float, round_duration_s: float, config: ShockwaveConfig):
     """The reference's window model (§4.6), as a cvxpy problem, and its x variable ((N, F) boolean).
 
     ``priority`` None: the first solve (plain utilities, constraint 5: T0 + max(0, R_j - pi_j d̄_j) / s
@@ -260,14 +268,13 @@ def build_window_model(
     import cvxpy as cp
     import scipy.sparse as sp
 
+    width, remaining_s, target_s = window.width, window.remaining_s, window.target_s
     N, F, L = len(width), config.future_rounds, float(round_duration_s)
-    bases = [float(b) for b in config.log_approximation_bases]
-    B = len(bases)
-    ell = np.array([np.log(LOG_ORIGIN) if b == 0.0 else np.log(b) for b in bases])
-    beta = np.array(bases)
-    E = np.asarray(num_epochs, dtype=np.float64)
-    p = np.asarray(epochs_done, dtype=np.float64)
-    dbar = np.asarray(mean_epoch_s, dtype=np.float64)
+    beta, ell = log_breakpoints(config)
+    B = len(beta)
+    E = np.asarray(window.num_epochs, dtype=np.float64)
+    p = np.asarray(window.epochs_done, dtype=np.float64)
+    dbar = np.asarray(window.mean_epoch_s, dtype=np.float64)
     x = cp.Variable((N, F), boolean=True)
     lam = cp.Variable((B, N), nonneg=True)  # column j: job j's weights (column-major = job by job)
     z = cp.Variable((B, N), boolean=True)

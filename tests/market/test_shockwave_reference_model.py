@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from market.shockwave import ShockwaveConfig, plan_input, plan_window
 from market.shockwave.config import LOG_ORIGIN
 from market.shockwave.reference_model import (
+    WindowInput,
     CalibrationCalls,
     build_rank_model,
     build_window_model,
@@ -80,8 +81,8 @@ def test_the_window_model_gives_the_solver_the_reference_layout_bit_for_bit(fall
     G, start, L = 4, 1200.0, 120.0
     priority = reference_priorities(R, target, now_s=start, num_gpus=G, round_duration_s=L, config=CONFIG) if fallback else None
     assert not fallback or any(v != 1.0 for v in priority)
-    ours, _ = build_window_model(width, E, p, list(R), list(dbar), list(target), priority, num_gpus=G,
-                                 window_start_s=start, round_duration_s=L, config=CONFIG)
+    window = WindowInput(width, E, p, list(R), list(dbar), list(target))
+    ours, _ = build_window_model(window, priority, num_gpus=G, window_start_s=start, round_duration_s=L, config=CONFIG)
     literal = _scalar_window_model(width, E, p, R, dbar, target, priority, G=G, start_s=start, L=L, config=CONFIG)
     a, b = _problem_data(ours), _problem_data(literal)
     assert str(a["dims"]) == str(b["dims"])
