@@ -8,6 +8,7 @@ writes the same columns, rows and coefficients straight into a :class:`market.so
 each coefficient by the floating-point operations cvxpy applies, so the two give HiGHS equal
 arrays to the bit (tests/market/test_reference_matrix.py compares them on many instances; cvxpy
 1.9's layout). The cvxpy models stay the definition, and the path for a solver other than HiGHS.
+market/policies/reference_lp.py does the same for the Gavel baselines' LPs and ECOS.
 
 Layout of the window model (N jobs, F rounds, B log bases; docs/reference.md §4.6):
 
