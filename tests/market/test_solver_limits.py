@@ -98,3 +98,39 @@ def test_a_replay_whose_solves_all_finish_reports_none(tmp_path, capsys):
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["replans"]["limit_stops"] == 0
     assert all(row["limit_stops"] == 0 for row in results["replans"]["per_replan"])
+
+
+def _as_highs_lp(problem):
+    """The model cvxpy would hand HiGHS, as a ``market.solver.HighsLp``."""
+    from market.solver import HighsLp
+
+    data, _, _ = problem.get_problem_data(cp.HIGHS)
+    n = data["c"].size
+    lower = np.full(n, -np.inf) if data["lower_bounds"] is None else data["lower_bounds"]
+    upper = np.full(n, np.inf) if data["upper_bounds"] is None else data["upper_bounds"]
+    return HighsLp(cost=data["c"], matrix=data["A"].tocsc(), rhs=data["b"], num_equalities=data["dims"].zero,
+                   col_lower=lower, col_upper=upper, integer=np.asarray(data["bool_vars_idx"], dtype=np.int64))
+
+
+def test_solve_highs_counts_a_limit_stop_and_keeps_its_best_solution_as_solve_does():
+    from market.solver import solve_highs
+
+    lp = _as_highs_lp(_knapsack())
+    with counting_limit_stops() as stops:
+        status, stopped = solve_highs(lp, _options(1))
+        assert stops == [status] and status in LIMIT_STATUSES
+    with counting_limit_stops() as stops:
+        status, best = solve_highs(lp, _options(None))
+        assert (status, stops) == ("optimal", [])
+    assert lp.cost @ best <= lp.cost @ stopped  # cvxpy's form minimises: the proven optimum is no worse
+    problem = _knapsack()
+    solve(problem, "HIGHS", _options(None))
+    assert -(lp.cost @ best) == pytest.approx(problem.value)
+
+
+def test_solve_highs_returns_no_values_for_an_infeasible_model():
+    from market.solver import solve_highs
+
+    x = cp.Variable(3, boolean=True)
+    status, values = solve_highs(_as_highs_lp(cp.Problem(cp.Minimize(cp.sum(x)), [cp.sum(x) >= 4])), _options(None))
+    assert (status, values) == ("infeasible", None)
