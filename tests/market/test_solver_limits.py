@@ -108,8 +108,9 @@ def _as_highs_lp(problem):
     n = data["c"].size
     lower = np.full(n, -np.inf) if data["lower_bounds"] is None else data["lower_bounds"]
     upper = np.full(n, np.inf) if data["upper_bounds"] is None else data["upper_bounds"]
-    return HighsLp(cost=data["c"], matrix=data["A"].tocsc(), rhs=data["b"], num_equalities=data["dims"].zero,
-                   col_lower=lower, col_upper=upper, integer=np.asarray(data["bool_vars_idx"], dtype=np.int64))
+    return HighsLp(cost=data["c"], matrix=data["A"].tocsc(), rhs=data["b"],
+                   num_equalities=data["dims"].zero, col_lower=lower, col_upper=upper,
+                   integer=np.asarray(data["bool_vars_idx"], dtype=np.int64))
 
 
 def test_solve_highs_counts_a_limit_stop_and_keeps_its_best_solution_as_solve_does():
