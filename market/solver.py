@@ -27,7 +27,8 @@ import numpy as np
 SEED_MAX = 2**31 - 1
 
 __all__ = ["LIMIT_STATUSES", "MILP_SOLVERS", "available_milp_solvers", "choose_solver", "counting_limit_stops",
-           "quiet_highs_banner", "solve", "solve_highs", "solver_options", "HighsLp", "SolverError"]
+           "quiet_highs_banner", "solve", "solve_highs", "solver_options", "HighsLp", "SolverError",
+           "SOLUTION_STATUSES"]
 
 #: MILP-capable solvers this project supports, in default order of preference.
 MILP_SOLVERS: tuple[str, ...] = ("HIGHS", "SCIP")
@@ -186,10 +187,15 @@ def solve(problem: Any, solver: str, options: dict[str, Any]) -> str:
         warnings.filterwarnings("ignore", message="Solution may be inaccurate", category=UserWarning)
         problem.solve(solver=solver, **options)
     status = str(problem.status)
+    _count_limit_stop(status)
+    return status
+
+
+def _count_limit_stop(status: str) -> None:
+    """Add ``status`` to the innermost :func:`counting_limit_stops` list when a limit stopped the solve."""
     stops = _limit_stops.get()
     if stops is not None and status in LIMIT_STATUSES:
         stops.append(status)
-    return status
 
 
 @contextlib.contextmanager
@@ -247,10 +253,17 @@ def solve_highs(lp: HighsLp, options: dict[str, Any]) -> tuple[str, np.ndarray |
     the status is in ``SOLUTION_STATUSES``). A stop by a limit is counted as :func:`solve` counts it.
 
     Raises:
+        ValueError: the model holds a NaN (named, as cvxpy refuses such a model), or HiGHS refuses
+            an option.
         SolverError: HiGHS reports a model or solve error.
     """
     import highspy as hp
 
+    for name in ("cost", "rhs", "col_lower", "col_upper"):
+        if np.isnan(getattr(lp, name)).any():
+            raise ValueError(f"the model's {name} contains NaN")
+    if np.isnan(lp.matrix.data).any():
+        raise ValueError("the model's matrix contains NaN")
     quiet_highs_banner()
     inf = hp.kHighsInf
     model = hp.HighsModel()
@@ -285,9 +298,7 @@ def solve_highs(lp: HighsLp, options: dict[str, Any]) -> tuple[str, np.ndarray |
     status = _HIGHS_STATUS.get(highs.getModelStatus().name, "unknown")
     if status == "solver_error":
         raise SolverError(f"HiGHS: {highs.getModelStatus().name}")
-    stops = _limit_stops.get()
-    if stops is not None and status in LIMIT_STATUSES:
-        stops.append(status)
+    _count_limit_stop(status)
     solution = highs.getSolution()
     if status not in SOLUTION_STATUSES or not solution.value_valid:
         return status, None

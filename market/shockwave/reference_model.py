@@ -141,7 +141,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
         SolverFailure: the fallback model has no solution (the reference asserts there is one).
     """
     from market.shockwave.milp import SolverFailure, _solver_and_options
-    from market.solver import SOLUTION_STATUSES as SOLUTION_PRESENT
+    from market.solver import SOLUTION_STATUSES
 
     solver, options = _solver_and_options(config)
     window = WindowInput(tables.width, np.array([max(1, int(j.num_epochs)) for j in jobs]),
@@ -155,7 +155,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
         except Exception as err:  # noqa: BLE001 - the fallback follows, as in the reference
             reason = f"fairness constraints: {solver} raised {type(err).__name__}: {err}"
         else:
-            if value is not None and status in SOLUTION_PRESENT:
+            if value is not None and status in SOLUTION_STATUSES:
                 return ReferencePlan(_rounded(value), "constrained", "", [1.0] * len(jobs), "solver", solver)
             reason = f"fairness constraints: {solver} status {status}"
     remaining = []
@@ -178,7 +178,7 @@ def plan_reference(tables: Tables, jobs, calls: Sequence[CalibrationCalls], *, n
         except Exception:  # noqa: BLE001 - the reference keeps the fallback's rounds
             pass
         else:
-            if y_value is not None and status in SOLUTION_PRESENT:
+            if y_value is not None and status in SOLUTION_STATUSES:
                 ranked = np.zeros_like(values)
                 ranked[order] = y_value.T
     if ranked is None:

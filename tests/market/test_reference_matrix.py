@@ -22,6 +22,7 @@ from market.shockwave.reference_model import (
     reference_priorities,
 )
 from market.solver import HighsLp
+from tests.market.highs_lp import highs_lp_of
 
 CONFIG = ShockwaveConfig(future_rounds=5, utility="pwl", fairness="reference", packing="rank", formulation="reference",
                          priority_cap=float("inf"), preempt_margin=0.0, k=1e-3, makespan_k=0.0, excess_k=0.0,
@@ -53,19 +54,13 @@ def _window_instance(seed: int):
 
 
 def _assert_same_arrays(lp: HighsLp, problem) -> None:
-    data, _, _ = problem.get_problem_data(cp.HIGHS)
-    matrix = data["A"].tocsc()  # as cvxpy's HiGHS interface converts it
-    assert matrix.shape == lp.matrix.shape
+    theirs = highs_lp_of(problem)
+    assert theirs.matrix.shape == lp.matrix.shape
     for part in ("indptr", "indices", "data"):
-        np.testing.assert_array_equal(getattr(matrix, part), getattr(lp.matrix, part), err_msg=part)
-    n = matrix.shape[1]
-    lower = np.full(n, -np.inf) if data["lower_bounds"] is None else data["lower_bounds"]
-    upper = np.full(n, np.inf) if data["upper_bounds"] is None else data["upper_bounds"]
-    for name, theirs, ours in (("c", data["c"], lp.cost), ("b", data["b"], lp.rhs), ("lower", lower, lp.col_lower),
-                               ("upper", upper, lp.col_upper)):
-        np.testing.assert_array_equal(theirs, ours, err_msg=name)
-    assert data["dims"].zero == lp.num_equalities
-    assert list(data["bool_vars_idx"]) == lp.integer.tolist()
+        np.testing.assert_array_equal(getattr(theirs.matrix, part), getattr(lp.matrix, part), err_msg=part)
+    for name in ("cost", "rhs", "col_lower", "col_upper", "integer"):
+        np.testing.assert_array_equal(getattr(theirs, name), getattr(lp, name), err_msg=name)
+    assert theirs.num_equalities == lp.num_equalities
 
 
 @pytest.mark.parametrize("seed", range(14))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from market.solver import counting_limit_stops, LIMIT_STATUSES, solve, solver_options
+from tests.market.highs_lp import highs_lp_of
 from tests.plan_jobs import ROOT, small_canonical_trace, THROUGHPUTS
 
 cp = pytest.importorskip("cvxpy")
@@ -100,23 +101,10 @@ def test_a_replay_whose_solves_all_finish_reports_none(tmp_path, capsys):
     assert all(row["limit_stops"] == 0 for row in results["replans"]["per_replan"])
 
 
-def _as_highs_lp(problem):
-    """The model cvxpy would hand HiGHS, as a ``market.solver.HighsLp``."""
-    from market.solver import HighsLp
-
-    data, _, _ = problem.get_problem_data(cp.HIGHS)
-    n = data["c"].size
-    lower = np.full(n, -np.inf) if data["lower_bounds"] is None else data["lower_bounds"]
-    upper = np.full(n, np.inf) if data["upper_bounds"] is None else data["upper_bounds"]
-    return HighsLp(cost=data["c"], matrix=data["A"].tocsc(), rhs=data["b"],
-                   num_equalities=data["dims"].zero, col_lower=lower, col_upper=upper,
-                   integer=np.asarray(data["bool_vars_idx"], dtype=np.int64))
-
-
 def test_solve_highs_counts_a_limit_stop_and_keeps_its_best_solution_as_solve_does():
     from market.solver import solve_highs
 
-    lp = _as_highs_lp(_knapsack())
+    lp = highs_lp_of(_knapsack())
     with counting_limit_stops() as stops:
         status, stopped = solve_highs(lp, _options(1))
         assert stops == [status] and status in LIMIT_STATUSES
@@ -133,5 +121,13 @@ def test_solve_highs_returns_no_values_for_an_infeasible_model():
     from market.solver import solve_highs
 
     x = cp.Variable(3, boolean=True)
-    status, values = solve_highs(_as_highs_lp(cp.Problem(cp.Minimize(cp.sum(x)), [cp.sum(x) >= 4])), _options(None))
+    status, values = solve_highs(highs_lp_of(cp.Problem(cp.Minimize(cp.sum(x)), [cp.sum(x) >= 4])), _options(None))
     assert (status, values) == ("infeasible", None)
+
+
+def test_solve_highs_names_a_nan_in_the_model_as_cvxpy_refuses_it():
+    from market.solver import solve_highs
+
+    lp = highs_lp_of(_knapsack())
+    with pytest.raises(ValueError, match="rhs contains NaN"):
+        solve_highs(lp._replace(rhs=np.where(np.arange(lp.rhs.size) == 2, np.nan, lp.rhs)), _options(None))
