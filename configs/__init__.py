@@ -1,4 +1,9 @@
-"""Run configurations (:mod:`configs.loader`), the bundled data, and the package's version."""
+"""Run configurations (:mod:`configs.loader`), the bundled data, and the versions a run was made with."""
+
+#: the libraries whose versions can change a replay's figures: the solvers (HiGHS for the MILPs,
+#: ECOS for the reference's LPs), cvxpy's compilation of the models, and the numerics under them.
+#: ``constraints.txt`` pins each one; ``results.json`` records them (:func:`library_versions`).
+RESULT_LIBRARIES: tuple[str, ...] = ("cvxpy", "highspy", "ecos", "numpy", "scipy")
 
 
 def package_version() -> str:
@@ -9,3 +14,19 @@ def package_version() -> str:
         return version("shockwave")
     except PackageNotFoundError:
         return "unknown (not installed)"
+
+
+def library_versions() -> dict[str, str]:
+    """``{"shockwave": ..., "python": ..., <each of RESULT_LIBRARIES>: ...}``: the installed versions, or
+    ``"absent"`` for a library that is not installed. A replay's figures are reproducible under the
+    same versions (``constraints.txt``)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"shockwave": package_version(), "python": platform.python_version()}
+    for name in RESULT_LIBRARIES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "absent"
+    return versions

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from configs import library_versions
 from configs.loader import NUM_GPUS_MAX, SEED_MAX, RunConfig, load_config
 from workloads.errors import InputError
 
@@ -298,6 +299,7 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
             for r in ch.rounds
         ],
         "config": spec.config.as_dict(),
+        "versions": library_versions(),
     }
     policy = out["policy"]
     stats = getattr(policy, "stats", None)

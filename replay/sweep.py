@@ -20,11 +20,12 @@ Paths resolve against the specification's folder, then against the bundled ``con
 
 The grid is the product traces x policies x seeds x grid values. A cell's key is the SHA-256 of
 everything its result depends on: the resolved configuration (every knob, defaults included),
-the trace's and throughput table's contents, the policy, the seed, the GPU count and the
-package version. Cells with equal keys run once. Each finished cell is written at once, as
-``OUT/cells/<key>.json`` (written to a temporary file, then renamed), so a rerun skips it and an
-interrupted sweep resumes where it stopped. A failed cell is reported and not cached (a rerun
-tries it again); the other cells go on.
+the trace's and throughput table's contents, the policy, the seed, the GPU count, and the
+versions of the package, Python and the libraries that can change a replay's figures
+(``configs.library_versions``, taken where the sweep starts). Cells with equal keys run once.
+Each finished cell is written at once, as ``OUT/cells/<key>.json`` (written to a temporary file,
+then renamed), so a rerun skips it and an interrupted sweep resumes where it stopped. A failed
+cell is reported and not cached (a rerun tries it again); the other cells go on.
 
 Cells run in a local process pool (``--jobs``), or on a Ray cluster (``--ray ADDRESS``, the
 optional ``ray`` extra). A task carries the trace and throughput table as text, so Ray workers
@@ -235,11 +236,11 @@ def build_tasks(spec: SweepSpec, cells: Sequence[Cell]) -> list[tuple[str, dict[
     another machine. The key is the cell's cache key (module docstring), SHA-256 in hex. Each
     file is read and each grid point's configuration resolved once.
     """
-    from configs import package_version
+    from configs import library_versions
     from configs.loader import BUNDLED, DEFAULT_CONFIG, load_config
 
     config_text = (spec.config or Path(str(BUNDLED / DEFAULT_CONFIG))).read_text()
-    version = package_version()
+    versions = library_versions()
     texts: dict[Path, tuple[str, str]] = {}  # path -> (text, sha256)
     configs: dict[tuple, dict] = {}  # grid point -> resolved configuration
 
@@ -264,7 +265,7 @@ def build_tasks(spec: SweepSpec, cells: Sequence[Cell]) -> list[tuple[str, dict[
             "num_gpus": cell.trace.num_gpus,
             "policy": cell.policy,
             "seed": cell.seed,
-            "version": version,
+            "versions": versions,
         }
         task = {
             "config_text": config_text,

@@ -15,6 +15,7 @@ import pytest
 from configs.loader import load_config
 from market.base import JobView, RoundContext
 from market.shockwave import ShockwaveConfig, ShockwavePolicy, plan_input, plan_window, tabulate
+from tests.pinned_stack import exact_results
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "shockwave_reference.toml"
@@ -138,6 +139,7 @@ def test_the_preset_holds_the_reference_values():
 
 
 @pytest.mark.slow
+@exact_results
 def test_the_preset_replays_the_canonical_trace_job_by_job_as_the_reference():
     """The reference implementation rerun with HiGHS in this project's environment (docs/reference.md
     §11; its per-job JCTs in configs/data/parity/reference_reruns.json, key ``canonical``, policy

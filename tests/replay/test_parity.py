@@ -8,6 +8,7 @@ import pytest
 
 from cli.main import main
 from replay.parity import REFERENCE_FILE, compare_jcts, load_reference, run_parity
+from tests.pinned_stack import exact_results
 
 POLICIES = ("max_min_fairness", "min_total_duration", "max_sum_throughput_perf", "gandiva_fair", "allox")
 
@@ -65,6 +66,7 @@ def test_runs_of_a_trace_merge_across_reference_files():
 
 
 @pytest.mark.slow
+@exact_results
 def test_shockwave_with_the_reference_preset_equals_the_reference_on_a_trace_it_was_not_built_on():
     """P1 (120 jobs, 32 GPUs): the reference's Shockwave rerun with HiGHS (reference_reruns.json),
     replayed with configs/shockwave_reference.toml, which was made to match the canonical trace only."""

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from replay.simulate import resolve_run, simulate
+from tests.pinned_stack import exact_results
 
 PINNED = json.loads((Path(__file__).parents[1] / "data" / "canonical_jcts.json").read_text())
 POLICIES = sorted(k for k in PINNED if not k.startswith("_"))
@@ -25,6 +26,7 @@ def test_every_policy_is_pinned():
 
 
 @pytest.mark.slow
+@exact_results
 @pytest.mark.parametrize("policy", POLICIES)
 def test_canonical_jcts_are_unchanged(policy):
     pinned = PINNED[policy]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cli.main import main
+from configs import library_versions
 from replay.simulate import resolve_run, simulate
 
 REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "reference_results.json").read_text())
@@ -110,6 +111,7 @@ def test_cli_writes_results_and_plot(tmp_path, capsys):
                 "unfair_fraction_1_1", "gpu_utilization", "wall_time_s", "jobs"):
         assert key in results
     assert set(results["jobs"][0]) >= {"job_id", "arrival_s", "finish_s", "jct_s", "rho", "isolated_runtime_s", "scale_factor", "mode"}
+    assert results["versions"] == library_versions() and results["versions"]["highspy"] != "absent"
     assert (out / "results.png").stat().st_size > 10_000
     assert "makespan" in capsys.readouterr().out
 

@@ -120,6 +120,18 @@ def test_a_changed_knob_is_a_new_cell(tmp_path, small_trace):
     assert (report.ran, report.cached) == (4, 4)
 
 
+def test_another_solver_version_is_a_new_cell(tmp_path, small_trace, monkeypatch):
+    import configs
+
+    spec = load_spec(write_spec(tmp_path, small_trace, grid='"rounds.round_duration_s" = [60.0]'))
+    out = tmp_path / "out"
+    run_sweep(spec, out, jobs=1)
+    installed = configs.library_versions()
+    monkeypatch.setattr(configs, "library_versions", lambda: {**installed, "highspy": "0.0.1"})
+    report = run_sweep(spec, out, jobs=1)
+    assert report.ran == len(report.rows) > 0 and report.cached == 0
+
+
 def test_failed_cells_are_reported_and_the_sweep_goes_on(tmp_path, small_trace, capsys):
     # a 2-GPU job on a 1-GPU cluster can never run: every cell of that trace fails
     wide = tmp_path / "wide.trace"
