@@ -435,10 +435,13 @@ def summary(paths: list[str], policy: str = "shockwave", against: str | None = N
 
 
 def _save(path: Path, overrides: list[str], loads: dict, gpus: dict, results: dict) -> None:
-    """Write the cells finished so far (a temporary file renamed over ``path``)."""
+    """Write the cells finished so far (a temporary file renamed over ``path``), with the versions of
+    the libraries that can change their figures (``configs.library_versions``)."""
+    from configs import library_versions
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"overrides": overrides, "loads": loads, "gpus": gpus,
+    tmp.write_text(json.dumps({"overrides": overrides, "loads": loads, "gpus": gpus, "versions": library_versions(),
                                "cells": [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()]}, indent=1))
     tmp.replace(path)
 

@@ -52,3 +52,15 @@ def test_bad_overrides_name_what_is_wrong(pair, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
         bench_suite.override_config(spec.config, [pair])
     assert spec.config.shockwave == before
+
+
+def test_a_saved_suite_run_records_its_overrides_and_library_versions(tmp_path):
+    import json
+
+    from configs import library_versions
+
+    path = tmp_path / "suite.json"
+    bench_suite._save(path, ["lam=10"], {"t": [1.0]}, {"t": 16}, {("t", "shockwave"): {"makespan_s": 1.0}})
+    saved = json.loads(path.read_text())
+    assert saved["overrides"] == ["lam=10"] and saved["versions"] == library_versions()
+    assert saved["cells"] == [{"trace": "t", "policy": "shockwave", "makespan_s": 1.0}]
