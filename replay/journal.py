@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import msgspec
 import structlog
 
+from configs import RESULT_LIBRARIES
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.planner import plan_window, WindowPlan
 from market.shockwave.tables import PlanJob
@@ -49,8 +50,9 @@ log = structlog.get_logger()
 FORMAT = 1
 #: the planner's own files (relative to the project root): a change to any of them changes the header
 PLANNER_SOURCES = ("market/shockwave", "market/solver.py")
-#: libraries whose version can change a plan
-PLANNER_LIBRARIES = ("cvxpy", "highspy", "numpy", "scipy", "msgspec")
+#: libraries whose version can change a plan or its record: those that can change any figure, and
+#: msgspec, which encodes the records
+PLANNER_LIBRARIES = (*RESULT_LIBRARIES, "msgspec")
 #: the largest record accepted when reading (a 900-job plan is about 100 kB)
 RECORD_MAX = 64 * 2**20
 
