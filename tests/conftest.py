@@ -14,4 +14,5 @@ def pytest_terminal_summary(terminalreporter):
         pins = ", ".join(f"{name} {version}" for name, version in pinned_versions().items())
         terminalreporter.write_line(f"numerical stack: constraints.txt's ({pins})")
     else:
-        terminalreporter.write_line(f"numerical stack: NOT constraints.txt's ({difference}): the exact-result tests skip")
+        terminalreporter.write_line(f"numerical stack: NOT constraints.txt's ({difference}): "
+                                    "the exact-result tests skip")
