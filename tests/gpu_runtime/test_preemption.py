@@ -199,6 +199,19 @@ while True:
 """
 
 
+def _describe(pids: list[int]) -> list[tuple[int, str, str]]:
+    """(pid, state, command line) of each process, for a failure message."""
+    out = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:
+            state, cmd = "?", "(gone)"
+        out.append((pid, state, cmd))
+    return out
+
+
 async def _pids(folder: Path, n: int, timeout: float = 60.0) -> list[int]:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
@@ -264,7 +277,8 @@ asyncio.run(main())
         end = loop.time() + 10.0
         while tree.living() and loop.time() < end:
             await asyncio.sleep(0.05)
-        assert tree.living() == [], "a process of the lease outlived the node agent by 10 s"
+        # 10 s: torchrun's shutdown timeout (grace 5 s + 3 s) and a margin; a rank dies on SIGTERM at once
+        assert tree.living() == [], f"outlived the node agent by 10 s: {_describe(tree.living())}"
     finally:
         node.kill()
         if tree is not None:
