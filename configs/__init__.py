@@ -16,17 +16,22 @@ def package_version() -> str:
         return "unknown (not installed)"
 
 
+def installed_version(name: str) -> str:
+    """The installed version of distribution ``name``, or ``"absent"``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "absent"
+
+
 def library_versions() -> dict[str, str]:
     """``{"shockwave": ..., "python": ..., <each of RESULT_LIBRARIES>: ...}``: the installed versions, or
     ``"absent"`` for a library that is not installed. A replay's figures are reproducible under the
     same versions (``constraints.txt``)."""
     import platform
-    from importlib.metadata import PackageNotFoundError, version
 
     versions = {"shockwave": package_version(), "python": platform.python_version()}
-    for name in RESULT_LIBRARIES:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = "absent"
+    versions.update((name, installed_version(name)) for name in RESULT_LIBRARIES)
     return versions

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.metadata
 import os
 import struct
 import zlib
@@ -38,7 +37,7 @@ from typing import Any, Mapping, Sequence
 import msgspec
 import structlog
 
-from configs import RESULT_LIBRARIES
+from configs import RESULT_LIBRARIES, installed_version
 from market.shockwave.config import ShockwaveConfig
 from market.shockwave.planner import plan_window, WindowPlan
 from market.shockwave.tables import PlanJob
@@ -79,11 +78,7 @@ def planner_digest() -> str:
         for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
             h.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
     for name in PLANNER_LIBRARIES:
-        try:
-            version = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            version = "absent"
-        h.update(f"{name}={version}\0".encode())
+        h.update(f"{name}={installed_version(name)}\0".encode())
     return h.hexdigest()
 
 

@@ -4,11 +4,12 @@ near-optimal plans, so those tests skip, naming the versions that differ, instea
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from pathlib import Path
 
 import pytest
+
+from configs import installed_version
 
 CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
 _PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s#]+)\s*(?:#.*)?$")
@@ -31,19 +32,14 @@ def pinned_versions(text: str | None = None) -> dict[str, str]:
 
 def stack_difference() -> str | None:
     """None when every pinned package is installed at its pinned version; else what differs."""
-    differ = []
-    for name, pinned in pinned_versions().items():
-        try:
-            installed = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            installed = "absent"
-        if installed != pinned:
-            differ.append(f"{name} {installed} installed, {pinned} pinned")
+    differ = [f"{name} {installed_version(name)} installed, {pinned} pinned"
+              for name, pinned in pinned_versions().items() if installed_version(name) != pinned]
     return "; ".join(differ) or None
 
 
-_DIFFERENCE = stack_difference()
+#: what differs from constraints.txt in this session (None: nothing), read once
+DIFFERENCE = stack_difference()
 #: marks a test whose expected figures hold under the pinned stack only
 exact_results = pytest.mark.skipif(
-    _DIFFERENCE is not None,
-    reason=f"compares results to the bit, which hold under constraints.txt's versions: {_DIFFERENCE}")
+    DIFFERENCE is not None,
+    reason=f"compares results to the bit, which hold under constraints.txt's versions: {DIFFERENCE}")

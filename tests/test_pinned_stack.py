@@ -1,5 +1,5 @@
-"""constraints.txt: the numerical stack every published figure and exact-result test was made with
-(README "Set-up"), pinned for the libraries that can change a replay's figures."""
+"""constraints.txt: the numerical stack the exact-result tests were recorded with and the recent
+figures measured with (README "Set-up"), pinned for the libraries that can change a replay's figures."""
 
 from __future__ import annotations
 
