@@ -8,6 +8,7 @@ from typing import NamedTuple, Protocol, Sequence
 import numpy as np
 
 from market.shockwave.config import LOG_ORIGIN, NEAR_DONE_POWER, ShockwaveConfig
+from predictor.posterior import exact_dot
 from predictor.predictor import Prediction
 
 #: ``tail_packing``: the jobs :func:`tail_ends` places have at least this share of the longest
@@ -152,7 +153,7 @@ def tabulate(
     # beyond it, less the window, ends the job after the cluster could have finished all present work;
     # the charge starts at work_bound_fraction of it, a margin for rounds the long jobs will lose.
     runnable = width <= num_gpus
-    work_bound = float(width[runnable] @ R[runnable]) / max(num_gpus, 1)
+    work_bound = exact_dot(width[runnable], R[runnable]) / max(num_gpus, 1)
     spare = max(0.0, config.work_bound_fraction * work_bound - F * L)
     # The run's tail: a long multi-GPU job that cannot run beside the other long ones to the end is
     # due before the work bound; its own spare, theta x its end less the window, replaces the spare.

@@ -278,3 +278,23 @@ def test_whole_second_rounding_is_the_references():
     assert p.mean_epoch_s == pytest.approx(10.0)
     with pytest.raises(ValueError, match="profile_rounding"):
         PredictorConfig(profile_rounding="tenths")
+
+
+def test_exact_dot_is_exactly_rounded_whatever_the_order():
+    # 1e16 + 1 rounds back to 1e16 in float64, so a left-to-right sum of these products gives 2.0,
+    # and a BLAS kernel's blocked order can give 0, 1, 2 or 3; the exact sum is 3.0.
+    a = np.array([1e16, 1.0, -1e16, 1.0, 1.0])
+    b = np.ones(5)
+    assert sum(a * b) == 2.0
+    from predictor.posterior import exact_dot
+
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        order = rng.permutation(5)
+        assert exact_dot(a[order], b[order]) == 3.0
+    w, v = rng.uniform(0, 50, 997), rng.uniform(1e3, 1e5, 997)  # the fair-share series' shapes
+    from fractions import Fraction
+
+    exact = sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(w * v, np.ones(997)))
+    assert exact_dot(w, v) == float(exact)
+    assert exact_dot(w[::-1], v[::-1]) == exact_dot(w, v)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictor import Predictor, PredictorConfig, dirichlet_remaining_runtime, momentum_target
-from predictor.posterior import momentum_target_of, share_series_arrays
+from predictor.posterior import exact_dot, momentum_target_of, share_series_arrays
 from workloads.profile import JobProfile
 
 
@@ -35,7 +35,7 @@ def _posterior_one_at_a_time(E: int, p: int, observed: list[int], durations: dic
         if rebased[i] >= 1.0:
             rebased[i] -= 1.0
     inflated = max(int(rebased.sum() + 1.0), E - p)
-    return float(np.dot(rebased, np.array([durations[b] for b in modes])) * (E - p) / inflated)
+    return exact_dot(rebased, np.array([durations[b] for b in modes])) * (E - p) / inflated
 
 
 @settings(max_examples=300, deadline=None)
