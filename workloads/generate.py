@@ -26,6 +26,7 @@ does not reproduce them; the distributions are the same. Lines are in the 12-fie
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -204,7 +205,17 @@ def trace_lines(jobs: Sequence[dict]) -> list[str]:
 
 
 def write_trace(path: str | Path, spec: GeneratorSpec, table: ThroughputTable) -> list[dict]:
-    """Generate and write a trace file; returns the jobs (see :func:`generate_trace`)."""
+    """Generate and write a trace file; returns the jobs (see :func:`generate_trace`).
+
+    The file appears whole or not at all (written beside it, then renamed over it): a run stopped
+    while writing leaves no truncated trace for a later run to find and replay as if complete
+    (benchmarks/bench_suite.py keeps generated traces and generates only the missing ones)."""
     jobs = generate_trace(spec, table)
-    Path(path).write_text("\n".join(trace_lines(jobs)) + "\n")
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text("\n".join(trace_lines(jobs)) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return jobs

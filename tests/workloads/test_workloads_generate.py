@@ -106,6 +106,25 @@ def test_written_trace_parses_back_and_a_seed_repeats(tmp_path, table):
     assert spec.file_name() == "50_0.2_5_100_40_3_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace"
 
 
+def test_a_write_stopped_part_way_leaves_no_trace_file(tmp_path, table, monkeypatch):
+    # A cached suite trace is generated only when missing: a truncated one would be replayed as whole.
+    import os
+
+    spec = GeneratorSpec(num_jobs=20, seed=3)
+    path = tmp_path / "cached.trace"
+
+    def stopped(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        write_trace(path, spec, table)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    path.write_text("old\n")
+    jobs = write_trace(path, spec, table)
+    assert len(parse_trace(path, table)) == len(jobs) == 20 and list(tmp_path.iterdir()) == [path]
+
 def test_bad_parameters_name_the_field():
     for kwargs, field in [({"num_jobs": 0}, "num_jobs"), ({"sf_mix": (1, 0)}, "sf_mix"),
                           ({"mode_mix": (0, -1, 2)}, "mode_mix"), ({"min_hours": 6.0}, "min_hours"),
