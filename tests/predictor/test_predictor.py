@@ -298,3 +298,4 @@ def test_exact_dot_is_exactly_rounded_whatever_the_order():
     exact = sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(w * v, np.ones(997)))
     assert exact_dot(w, v) == float(exact)
     assert exact_dot(w[::-1], v[::-1]) == exact_dot(w, v)
+    assert exact_dot(np.array([1e308, 1e308]), np.ones(2)) == np.inf  # math.fsum alone raises OverflowError
