@@ -134,10 +134,9 @@ class PredictorConfig:
     reference_float_order: bool = False
     contention: str = "peak"
     profile_rounding: str = "none"
-    regimes: str = "all"
 
     def __post_init__(self) -> None:
-        choices = (("profile_rounding", ("none", "whole_seconds")), ("regimes", ("all", "reachable")), ("contention", ("active", "peak", "submitted")),
+        choices = (("profile_rounding", ("none", "whole_seconds")), ("contention", ("active", "peak", "submitted")),
                    ("observations", ("profile", "observed")), ("calibration_clock", ("run", "rounds")))
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -488,11 +487,6 @@ class Predictor:
             if self.config.observations == "profile":
                 observed = job.profile_bs[:upto]
                 modes = list(by_bs)
-                if self.config.regimes == "reachable" and len(modes) > 1 and (np.diff(job.profile_bs) >= 0).all():
-                    # the batch size never shrinks (GNS): the ones below the current are behind the job
-                    now = int(observed[-1])
-                    modes = [b for b in modes if b >= now]
-                    observed = observed[observed >= now]
             else:
                 observed = job.observed_schedule(upto)
                 modes = sorted(set(by_bs) | set(int(b) for b in observed))
