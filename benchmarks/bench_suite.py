@@ -438,12 +438,12 @@ def _save(path: Path, overrides: list[str], loads: dict, gpus: dict, results: di
     """Write the cells finished so far (a temporary file renamed over ``path``), with the versions of
     the libraries that can change their figures (``configs.library_versions``)."""
     from configs import library_versions
+    from workloads.files import write_text_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"overrides": overrides, "loads": loads, "gpus": gpus, "versions": library_versions(),
-                               "cells": [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()]}, indent=1))
-    tmp.replace(path)
+    cells = [{"trace": k[0], "policy": k[1], **v} for k, v in results.items()]
+    write_text_atomic(path, json.dumps({"overrides": overrides, "loads": loads, "gpus": gpus,
+                                        "versions": library_versions(), "cells": cells}, indent=1))
 
 
 def main() -> None:

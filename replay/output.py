@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from workloads.errors import InputError
+from workloads.files import write_text_atomic
 
 
 def prepare_out_dir(path: str | os.PathLike[str]) -> Path:
@@ -60,7 +61,6 @@ def write_results(results: Mapping[str, Any], out: Path) -> tuple[Path, Path | N
     Returns:
         the two paths (the second None when there is no per-round detail).
     """
-    path = out / "results.json"
-    path.write_text(json.dumps(without_round_detail(results), indent=1))
+    path = write_text_atomic(out / "results.json", json.dumps(without_round_detail(results), indent=1))
     detail = results.get(ROUND_DETAIL)
     return path, (write_rounds(detail, out / "rounds.jsonl") if detail is not None else None)

@@ -56,6 +56,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from actors.kernel.logs import LOG_LEVELS
 from workloads.errors import InputError
+from workloads.files import write_text_atomic
 
 #: summary metrics of a replay kept per cell (keys of the results dictionary)
 METRICS = (
@@ -305,12 +306,6 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
     return {"metrics": metrics, "jct_s": [job["jct_s"] for job in results["jobs"]]}
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 @dataclass
 class SweepReport:
     """What a sweep did: cell counts and the table rows (grid order)."""
@@ -412,7 +407,7 @@ def run_sweep(
             row = {**params[key], "status": "failed", "error": failures[key]}
         else:
             record = {"key": key, "params": params[key], **result}
-            _write_atomic(out / "cells" / f"{key}.json", json.dumps(record))
+            write_text_atomic(out / "cells" / f"{key}.json", json.dumps(record))
             row = {**params[key], "status": "ok", **result["metrics"]}
         if on_cell:
             on_cell(done, len(tasks), row)

@@ -32,8 +32,10 @@ def pinned_versions(text: str | None = None) -> dict[str, str]:
 
 def stack_difference() -> str | None:
     """None when every pinned package is installed at its pinned version; else what differs."""
-    differ = [f"{name} {installed_version(name)} installed, {pinned} pinned"
-              for name, pinned in pinned_versions().items() if installed_version(name) != pinned]
+    pins = pinned_versions()
+    installed = {name: installed_version(name) for name in pins}
+    differ = [f"{name} {installed[name]} installed, {pinned} pinned"
+              for name, pinned in pins.items() if installed[name] != pinned]
     return "; ".join(differ) or None
 
 

@@ -26,7 +26,6 @@ does not reproduce them; the distributions are the same. Lines are in the 12-fie
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -34,6 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from workloads.models import DISTRIBUTED_MODELS, JOB_TABLE_BATCH_SIZES, job_type_name
+from workloads.files import write_text_atomic
 from workloads.throughputs import ThroughputTable
 
 __all__ = [
@@ -211,11 +211,5 @@ def write_trace(path: str | Path, spec: GeneratorSpec, table: ThroughputTable) -
     while writing leaves no truncated trace for a later run to find and replay as if complete
     (benchmarks/bench_suite.py keeps generated traces and generates only the missing ones)."""
     jobs = generate_trace(spec, table)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text("\n".join(trace_lines(jobs)) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(path, "\n".join(trace_lines(jobs)) + "\n")
     return jobs

@@ -14,15 +14,17 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from configs.loader import BUNDLED
-from workloads.generate import GeneratorSpec, write_trace
+from tests.bench_modules import load_benchmark
+from workloads.generate import write_trace
 from workloads.throughputs import ThroughputTable
 
 ROOT = Path(__file__).resolve().parents[2]
+bench_suite = load_benchmark("bench_suite")
 
 
 def _has_avx2() -> bool:
@@ -35,16 +37,18 @@ def _has_avx2() -> bool:
 @pytest.mark.slow  # two 160-job replays
 @pytest.mark.skipif(not _has_avx2(), reason="forcing both OpenBLAS kernels needs an x86 CPU with AVX2")
 def test_a_replay_is_the_same_with_either_blas_kernel(tmp_path):
-    trace = tmp_path / "d160-16gpu-wide.trace"  # benchmarks/suite/dev_suite.toml's entry
-    spec = GeneratorSpec(num_jobs=160, seed=1009, mean_interarrival_s=75.0, mode_mix=(0.0, 0.5, 0.5),
-                         sf_mix=(0.4, 0.3, 0.2, 0.1))
-    write_trace(trace, spec, ThroughputTable.load(Path(str(BUNDLED)) / "data" / "tacc_throughputs.json"))
+    entries = tomllib.loads(bench_suite.DEFAULT_SUITE.read_text())["trace"]
+    entry = next(e for e in entries if e["name"] == "d160-16gpu-wide")
+    trace = tmp_path / "d160-16gpu-wide.trace"
+    table = bench_suite.DATA / f"{entry['throughputs']}_throughputs.json"
+    write_trace(trace, bench_suite.generator_spec(entry), ThroughputTable.load(table))
     results = {}
     for kernel in ("Haswell", "Nehalem"):
         out = tmp_path / kernel
         run = subprocess.run(
-            [sys.executable, "-m", "cli", "simulate", "--trace", str(trace), "--gpus", "16", "--policy", "shockwave",
-             "--no-progress", "--log-level", "error", "--out", str(out)],
+            [sys.executable, "-m", "cli", "simulate", "--trace", str(trace), "--throughputs", str(table),
+             "--gpus", str(entry["gpus"]), "--policy", "shockwave", "--no-progress", "--log-level", "error",
+             "--out", str(out)],
             env={**os.environ, "OPENBLAS_CORETYPE": kernel}, cwd=ROOT, capture_output=True, text=True)
         assert run.returncode == 0, run.stderr[-2000:]
         r = json.loads((out / "results.json").read_text())
