@@ -106,6 +106,7 @@ def _cell(trace: dict, policy: str, overrides: list[str], journal_dir: str | Non
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    from replay.floors import run_alone
     from replay.progress import PlainProgress
     from replay.simulate import resolve_run, simulate
 
@@ -121,7 +122,9 @@ def _cell(trace: dict, policy: str, overrides: list[str], journal_dir: str | Non
     r = simulate(spec, on_round=PlainProgress(f"{trace['name']} {policy}", every_s=PROGRESS_EVERY_S, tenths=False))
     out = {k: r[k] for k in METRICS}
     out["wall_s"] = time.perf_counter() - started
-    out.update(separating_figures(r))
+    # the floors are the trace's, shown beside max-min fairness's cell: one alone replay per trace
+    alone = run_alone(spec) if name == "max_min_fairness" else None
+    out.update(separating_figures(r, alone))
     if "replans" in r:
         out["solve_s_p95"] = r["replans"]["solve_s_p95"]
         out["deadline_misses"] = r["replans"].get("deadline_misses", 0)
@@ -132,42 +135,29 @@ def _cell(trace: dict, policy: str, overrides: list[str], journal_dir: str | Non
     return out
 
 
-def separating_figures(results: dict) -> dict:
+def separating_figures(results: dict, alone: dict | None = None) -> dict:
     """Figures that still separate the policies where the targets cannot (issue 13 item 5).
 
     ``mean_rho``: the mean finish-time fairness ratio over all jobs; in overload most jobs end
     above rho = 1.05 under every policy, so the unfair fraction saturates while the mean still
-    tells how late they are. ``makespan_floor_s``: no policy can finish sooner, the larger of the
-    latest arrival + isolated runtime and the total isolated GPU-seconds over G (t = 0 at the first
-    arrival, as the makespan); its ratio to max-min fairness's makespan is the best ratio any
-    policy can reach. ``makespan_round_floor_s``: the same bound for the emulation's rounds of
-    length L, in which a job holds its GPUs to the end of every round it runs in and each start
-    after round 0 costs ``restart_overhead_s`` (docs/reference.md §3.4; charged when the lease
-    fills the round): each job started once and never preempted occupies
-    w_j L ceil((isolated_j + overhead_j) / L) GPU-seconds, overhead_j the restart charge when its
-    run fills a round; their sum over G, less one round (jobs started in round 0 are not charged).
-    It bounds every schedule whose rounds all last L (the
-    emulation ends a round early only when every lease in it has finished, ``rounds_shorter_than_l``
-    counts those more than the restart slack short of L; a round whose leases ran whole rounds
-    ends a fraction of a step before L).
+    tells how late they are. With ``alone`` (the trace replayed with every job alone,
+    :func:`replay.floors.run_alone`), ``makespan_floor_s`` and ``makespan_round_floor_s``
+    (:func:`replay.floors.makespan_floors`): no policy finishes sooner, in any schedule and in
+    one whose rounds all last L; over max-min fairness's makespan they are the best ratios any
+    policy can reach. ``rounds_shorter_than_l`` counts the rounds that ended more than the restart
+    slack early (the emulation ends a round early only when every lease in it has finished), and
+    :func:`makespan_parts` where the makespan went.
     """
+    from replay.floors import makespan_floors
+
     jobs = results["jobs"]
-    start = min(j["arrival_s"] for j in jobs)
-    last = max(j["arrival_s"] - start + j["isolated_runtime_s"] for j in jobs)
-    gpus = results["num_gpus"]
-    work = sum(j["isolated_runtime_s"] * j["scale_factor"] for j in jobs) / gpus
-    out = {"mean_rho": sum(j["rho"] for j in jobs) / len(jobs), "makespan_floor_s": max(last, work)}
+    out = {"mean_rho": sum(j["rho"] for j in jobs) / len(jobs)}
+    if alone is not None:
+        out.update(makespan_floors(alone, results["num_gpus"]))
     config = results.get("config") or {}
     if "rounds" in config and "emulation" in config:
         L = float(config["rounds"]["round_duration_s"])
         charge, slack = (float(config["emulation"][k]) for k in ("restart_overhead_s", "restart_overhead_slack_s"))
-        def rounds_held(isolated_s: float) -> int:  # a run that fills a round pays the start charge
-            return math.ceil((isolated_s + (charge if isolated_s > L - slack else 0.0)) / L - 1e-9)
-
-        occupied = sum(j["scale_factor"] * L * rounds_held(j["isolated_runtime_s"]) for j in jobs)
-        # jobs that start in round 0 are not charged: their widths sum to at most G, and the
-        # charge can cost each at most one round, so at most G L GPU-seconds come off
-        out["makespan_round_floor_s"] = max(last, occupied / gpus - L)
         starts = [r["start_s"] for r in results.get("rounds", [])]
         out["rounds_shorter_than_l"] = sum(1 for a, b in zip(starts, starts[1:]) if b - a < L - slack)
         out.update(makespan_parts(results, charge))
@@ -180,7 +170,7 @@ def makespan_parts(results: dict, charge_s: float) -> dict:
     ``gpu_starts``, the leases started, weighted by their GPUs (a job placed in a round but not in
     the one before), and ``start_charge_s``, those starts at the emulation's charge ``charge_s``
     each (an upper estimate: a lease shorter than the round is not charged). Besides these, M holds
-    the isolated work (``makespan_floor_s``'s second term) and what rounds waste after a job ends
+    the jobs' work (``makespan_floor_s``'s second term) and what rounds waste after a job ends
     mid-round. Where every job has ``arrival_s`` and ``finish_s``, ``idle_s`` splits by what waited
     at each round's start (an arrived, unfinished job that the round did not place): ``idle_no_wait_s``,
     no job waited (too little work: the run's tail, a light load); ``idle_too_wide_s``, every waiting

@@ -23,6 +23,7 @@ from configs.loader import NUM_GPUS_MAX, SEED_MAX, RunConfig, load_config
 from workloads.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from market.base import RoundPolicy
     from market.reasons import JobReason
 
 
@@ -83,7 +84,7 @@ def resolve_run(
     return spec
 
 
-async def _run(spec: RunSpec, jobs, table, on_round, elastic=None, journal=None) -> dict:
+async def _run(spec: RunSpec, jobs, table, on_round, elastic=None, journal=None, policy=None) -> dict:
     from actors.kernel.bus import Bus
     from actors.clearinghouse import Clearinghouse
     from actors.gpu import GPUActor
@@ -96,7 +97,9 @@ async def _run(spec: RunSpec, jobs, table, on_round, elastic=None, journal=None)
     clock = get_clock()
     bus = Bus(clock)
     bus.on_undeliverable = lambda dst, msg: None
-    policy = spec.config.build_policy(spec.policy, seed=spec.seed)
+    given = policy is not None
+    if not given:
+        policy = spec.config.build_policy(spec.policy, seed=spec.seed)
     if journal is not None:  # resolve_run checked that the policy is Shockwave
         policy.planner = journal.plan_window
     predictor_address = None
@@ -107,7 +110,7 @@ async def _run(spec: RunSpec, jobs, table, on_round, elastic=None, journal=None)
             actors.append(actor)
             actor.start(group)
 
-        if uses_predictor(spec.policy):
+        if not given and uses_predictor(spec.policy):
             from actors.predictor import PredictorActor
 
             spawn(
@@ -158,8 +161,14 @@ async def _run(spec: RunSpec, jobs, table, on_round, elastic=None, journal=None)
     }
 
 
-def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None], None] | None = None) -> dict:
+def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None], None] | None = None,
+             policy: "RoundPolicy | None" = None) -> dict:
     """Replay ``spec``'s trace under virtual time and return the results dictionary.
+
+    ``policy``: a round policy object to replay instead of ``spec.policy`` (a reference schedule of
+    a benchmark, e.g. ``benchmarks/bench_floors.py``'s); it gets no predictions, and the results
+    name it by its ``name``. ``spec.policy`` must then be an allocation policy's name, without a
+    plan journal.
 
     Raises:
         InputError: bad trace or throughput table (file, line, field named), a job wider than
@@ -173,6 +182,10 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
     from workloads.throughputs import ThroughputTable
     from workloads.trace import parse_trace
 
+    from market.registry import uses_predictor
+
+    if policy is not None and (is_elastic(spec.policy) or uses_predictor(spec.policy) or spec.journal is not None):
+        raise ValueError(f"a given policy object replaces an allocation policy without a journal, not {spec.policy!r}")
     started = time.perf_counter()
     random.seed(spec.seed)
     np.random.seed(spec.seed)
@@ -201,7 +214,7 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
 
         journal = PlanJournal(spec.journal)
     try:
-        out = run_virtual(_run(spec, jobs, table, on_round, elastic, journal), start=jobs[0].arrival_s)
+        out = run_virtual(_run(spec, jobs, table, on_round, elastic, journal, policy), start=jobs[0].arrival_s)
     except BaseExceptionGroup as group:  # the actors' task group: surface the first failure
         raise group.exceptions[0] from None
     finally:
@@ -209,7 +222,10 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
             journal.close()
     out["journal_hits"] = journal.hits if journal is not None else 0
     wall = time.perf_counter() - started
-    return build_results(spec, jobs, out, wall)
+    results = build_results(spec, jobs, out, wall)
+    if policy is not None:
+        results["policy"] = policy.name
+    return results
 
 
 #: the fields of a round's reason row in ``results.json`` (``rounds[].reasons``: job id -> row)
@@ -275,6 +291,7 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "final_batch_size": r.batch_size,
                 "batch_size_changes": r.batch_size_changes,
                 "rounds_run": r.rounds_run,
+                "run_time_s": r.run_time_s,
             }
             for r, j, p in zip(records, jct, rho)
         ],

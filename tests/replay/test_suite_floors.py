@@ -11,32 +11,34 @@ from tests.bench_modules import load_benchmark
 bench_suite = load_benchmark("bench_suite")
 
 
-def test_the_round_floor_counts_whole_rounds_and_each_start():
-    # two GPUs, 120 s rounds, 20 s per start when the run fills a round (slack 5 s)
+def test_the_separating_figures_take_the_floors_from_the_alone_run():
+    # two GPUs, 120 s rounds, a 20 s start charge (slack 5 s)
     results = {
         "num_gpus": 2,
         "config": {"rounds": {"round_duration_s": 120.0},
                    "emulation": {"restart_overhead_s": 20.0, "restart_overhead_slack_s": 5.0}},
         "jobs": [
-            # 230 s + one 20 s start = 250 s: three rounds on one GPU, 360 GPU-seconds
             {"arrival_s": 10.0, "isolated_runtime_s": 230.0, "scale_factor": 1, "rho": 1.0},
-            # 100 s never fills a round: no charge, one round on two GPUs, 240 GPU-seconds
             {"arrival_s": 60.0, "isolated_runtime_s": 100.0, "scale_factor": 2, "rho": 0.5},
-            # 230 s + 20 s on two GPUs: three rounds, 720 GPU-seconds
             {"arrival_s": 10.0, "isolated_runtime_s": 230.0, "scale_factor": 2, "rho": 0.75},
         ],
         "rounds": [{"start_s": 10.0}, {"start_s": 129.5}, {"start_s": 209.5}, {"start_s": 329.5}],
     }
     figures = bench_suite.separating_figures(results)
-    # the plain floor: the larger of the last arrival + its runtime (230 s) and the work (230 + 200 + 460) / 2
-    assert figures["makespan_floor_s"] == pytest.approx(445.0)
-    # whole rounds and starts, less one round (jobs started in round 0 are not charged)
-    assert figures["makespan_round_floor_s"] == pytest.approx((360.0 + 240.0 + 720.0) / 2 - 120.0)
     assert figures["rounds_shorter_than_l"] == 1  # 129.5 to 209.5 s; the first, 0.5 s short, counts as whole
     assert figures["mean_rho"] == pytest.approx(0.75)
-    # without the run's configuration only the plain floor is known
-    del results["config"]
-    assert "makespan_round_floor_s" not in bench_suite.separating_figures(results)
+    # the floors come from the alone run only: the profile's isolated runtimes are not the emulated work
+    assert "makespan_floor_s" not in figures and "makespan_round_floor_s" not in figures
+    alone = {"makespan_s": 250.0, "config": results["config"], "jobs": [
+        {"arrival_s": 10.0, "scale_factor": 1, "run_time_s": 200.0, "rounds_run": 2},
+        {"arrival_s": 60.0, "scale_factor": 2, "run_time_s": 90.0, "rounds_run": 1},
+        {"arrival_s": 10.0, "scale_factor": 2, "run_time_s": 210.0, "rounds_run": 2},
+    ]}
+    figures = bench_suite.separating_figures(results, alone)
+    assert figures["makespan_floor_s"] == pytest.approx((200.0 + 180.0 + 420.0) / 2)
+    assert figures["makespan_round_floor_s"] == pytest.approx(8 * 120.0 / 2 - 120.0)
+    alone["jobs"][1]["run_time_s"] = 500.0  # now the job arrived at 60 s ends last: 50 + 500 s
+    assert bench_suite.separating_figures(results, alone)["makespan_round_floor_s"] == pytest.approx(550.0)
 
 
 def test_the_summary_counts_no_unfair_job_as_half_a_job(tmp_path):
