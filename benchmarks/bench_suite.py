@@ -7,7 +7,8 @@ Usage: python benchmarks/bench_suite.py [--suite PATH] [--traces a,b] [--max-job
 
 Each trace is generated once from its parameters (``workloads.generate``; cached under
 ``results/suite/``) or taken from the bundled data (``file``). Every (trace, policy) cell is one
-replay, run in worker processes (at most ``--jobs`` at a time). ``--set`` overrides [shockwave]
+replay, run in worker processes (at most ``--jobs`` at a time); a max-min fairness cell also replays
+its trace with every job alone, for the makespan floors (:mod:`replay.floors`). ``--set`` overrides [shockwave]
 knobs for the ``shockwave`` cells (e.g. ``--set restart_cost=true``; ``section.key=value`` for
 another section, e.g. ``--set predictor.calibration_clock=rounds``); a policy name of the form
 ``shockwave@FILE.toml`` replays Shockwave with that configuration (e.g. a preset: its
