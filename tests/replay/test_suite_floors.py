@@ -41,6 +41,19 @@ def test_the_separating_figures_take_the_floors_from_the_alone_run():
     assert bench_suite.separating_figures(results, alone)["makespan_round_floor_s"] == pytest.approx(550.0)
 
 
+def test_the_targets_table_marks_a_target_below_the_round_floor():
+    def cells(round_floor):
+        return [{"trace": "t", "policy": "max_min_fairness", "makespan_s": 100.0, "avg_jct_s": 50.0,
+                 "worst_rho": 2.0, "unfair_fraction_1_05": 0.2, "mean_rho": 1.0, "wall_s": 1.0,
+                 "makespan_floor_s": 80.0, "makespan_round_floor_s": round_floor},
+                {"trace": "t", "policy": "shockwave", "makespan_s": 90.0, "avg_jct_s": 40.0, "worst_rho": 1.0,
+                 "unfair_fraction_1_05": 0.1, "mean_rho": 0.5, "wall_s": 2.0}]
+    row = bench_suite.targets(cells(86.0)).splitlines()[-1]
+    assert "0.90× ✗ (0.80× / 0.86×) below the round floor |" in row
+    row = bench_suite.targets(cells(84.0)).splitlines()[-1]
+    assert "0.90× ✗ (0.80× / 0.84×) |" in row
+
+
 def test_the_summary_counts_no_unfair_job_as_half_a_job(tmp_path):
     # one trace of 100 jobs; max-min fairness leaves 20 % unfair, Shockwave none
     def cell(policy, unfair):
