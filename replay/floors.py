@@ -5,10 +5,10 @@ of the planned batch-size schedule at the table's throughput, the last epoch cou
 the denominator of ρ, but not what the emulated job takes. The emulated job stops at its last
 step, and an adaptive job changes its batch size when a lease ends, with its progress rescaled
 (docs/reference.md §2.4). On the holdout-4 trace m190-wide-24gpu, the emulated run of a job alone
-took 0.46–1.15× its profile runtime (accordion jobs 0.46–1.11×, GNS 0.71–1.15×, static jobs
-0.88–0.99×). Floors computed from the profile figure were therefore not bounds. A
-non-preemptive longest-first schedule ended below them on d160-16gpu-wide (0.840× of max-min
-fairness's makespan, against a "round floor" of 0.859×).
+took 0.46–1.10× its profile runtime (accordion jobs 0.46–1.10×, GNS 0.71–1.04×, static jobs
+0.88–0.99×; all the work together 0.974×). Floors computed from the profile figure were therefore
+not bounds. A non-preemptive longest-first schedule (``benchmarks/bench_floors.py``) ended below
+them on d160-16gpu-wide (0.841× of max-min fairness's makespan, against a "round floor" of 0.859×).
 
 Here the floors come from one replay in which every job runs alone: the same trace and
 configuration on as many GPUs as the jobs' widths add up to, so each job runs every round from
