@@ -155,11 +155,12 @@ class ShockwaveConfig:
         :func:`market.shockwave.packing.fewer_starts`, a local search that moves and swaps
         job-rounds to start fewer GPUs, window deadlines kept, and that never moves a job earlier in
         place of one that outranks it (log P_j, plus the ``preempt_margin`` credit for a job that is
-        running). Ours, opt-in since session 31: on the development suite it cut GPU starts on 11 of
-        the 14 traces (d200-static 1,482 -> 1,112) and shortened the runs (makespan mean 0.787x
-        max-min's against 0.792x) but left a few more jobs late (unfair mean 0.032 against 0.029)
-        and ranked behind off (docs/choosing_defaults.md, seventeenth round). False: the
-        placements as the packers make them.
+        running). Ours, the default since session 48 (thirtieth round of docs/choosing_defaults.md):
+        at session 41's defaults it cut GPU starts on 13 of the 14 development traces (d220-gns
+        1,378 -> 1,092) and ranked ahead of off by the rule (product of the means 0.1487 % against
+        0.1623 %, the same 53 of 55 targets), with as many validation targets (213 of 224). At
+        session 31's base it had ranked behind (seventeenth round). False: the placements as the
+        packers make them (the reference has no such step).
     sub_mip_heuristics: False switches off HiGHS's RINS and RENS root heuristics (deterministic;
         on d150-wide's ten slowest solves, 1.8x faster and never a worse objective).
     feasibility_jump: leave HiGHS's feasibility jump heuristic on (HiGHS's default). Off by default:
@@ -261,7 +262,7 @@ class ShockwaveConfig:
     priority_floor: float = 0.8
     unpackable: str = "trim"
     contiguous_shortfall: str = "repack"
-    fewer_starts: bool = False
+    fewer_starts: bool = True
     work_bound_fraction: float = 0.85
     tail_packing: bool = True
     alpha_gpus: int = 32

@@ -123,7 +123,8 @@ def test_the_preset_holds_the_reference_values():
                       restart_cost=False, reopt_clock="fixed", window_clock="rounds", replan_on_batch_size_change=False,
                       level_search=False, makespan_k=0.0, excess_k=0.0, formulation="reference", feasibility_jump=True, threads=1,
                       rho_from="trace_start", projection="constant", priority_floor=1.0,
-                      latest_start_first=False, tail_packing=False, alpha_gpus=0, hold_until_replan=False)
+                      latest_start_first=False, tail_packing=False, alpha_gpus=0, hold_until_replan=False,
+                      fewer_starts=False)
     assert {k: getattr(sw, k) for k in behaviours} == behaviours
     assert preset.simulation.policy == "shockwave"
     for section in ("rounds", "emulation", "workload", "gavel"):
