@@ -177,12 +177,10 @@ def simulate(spec: RunSpec, *, on_round: Callable[[int, float, int, int | None],
         RuntimeError: the replay cannot finish (:class:`actors.clearinghouse.NoJobCanRun` names
             the jobs that can never run), or a round could not be scheduled.
     """
-    from market.registry import is_elastic
+    from market.registry import is_elastic, uses_predictor
     from sim_clock import run_virtual
     from workloads.throughputs import ThroughputTable
     from workloads.trace import parse_trace
-
-    from market.registry import uses_predictor
 
     if policy is not None and (is_elastic(spec.policy) or uses_predictor(spec.policy) or spec.journal is not None):
         raise ValueError(f"a given policy object replaces an allocation policy without a journal, not {spec.policy!r}")
