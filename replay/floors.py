@@ -52,13 +52,20 @@ def alone_spec(spec: "RunSpec") -> "RunSpec":
     :data:`ALONE_POLICY`, without a plan journal.
 
     Raises:
-        InputError: the trace or the throughput table cannot be read (file, line, field named).
+        InputError: the trace or the throughput table cannot be read (file, line, field named), or
+            its jobs' scale factors add up to more than ``NUM_GPUS_MAX``, the most GPUs a replay
+            takes (the trace named).
     """
+    from configs.loader import NUM_GPUS_MAX
+    from workloads.errors import InputError
     from workloads.throughputs import ThroughputTable
     from workloads.trace import parse_trace
 
     jobs = parse_trace(spec.trace, ThroughputTable.load(spec.throughputs))
     width = sum(job.scale_factor for job in jobs)
+    if width > NUM_GPUS_MAX:
+        raise InputError(str(spec.trace), f"its jobs' scale factors add up to {width} GPUs; the alone replay runs "
+                         f"them side by side and takes at most {NUM_GPUS_MAX}", field="scale_factor")
     # the Gavel mechanism re-solves its allocation at most every reset_interval_s: with 0 it
     # re-solves at the first round after each arrival, so no job waits for a reset
     config = dataclasses.replace(spec.config, gavel=dataclasses.replace(spec.config.gavel, reset_interval_s=0.0))

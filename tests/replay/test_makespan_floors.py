@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from replay.floors import AloneRunError, check_alone, makespan_floors, run_alone
+from replay.floors import AloneRunError, alone_spec, check_alone, makespan_floors, run_alone
 from replay.simulate import resolve_run, simulate
 from tests.bench_modules import load_benchmark
+from workloads.errors import InputError
 from workloads.generate import GeneratorSpec, write_trace
 from workloads.throughputs import ThroughputTable
 
@@ -100,6 +101,14 @@ def test_the_floors_are_the_emulated_work_not_the_profiles(tmp_path):
     assert makespan >= floors["makespan_round_floor_s"]
     # the profile's work over the GPUs, the floor before session 48, lies above a real schedule
     assert makespan < sum(j["isolated_runtime_s"] * j["scale_factor"] for j in alone["jobs"]) / 2
+
+
+def test_an_alone_cluster_wider_than_a_replay_takes_is_refused(tmp_path, monkeypatch):
+    spec = _five_jobs(tmp_path)  # scale factors 1 + 1 + 2 + 2 + 1 = 7 GPUs side by side
+    assert alone_spec(spec).num_gpus == 7
+    monkeypatch.setattr("configs.loader.NUM_GPUS_MAX", 6)
+    with pytest.raises(InputError, match=r"five\.trace.*7 GPUs.*at most 6"):
+        alone_spec(spec)
 
 
 @pytest.fixture(scope="module")
