@@ -144,13 +144,17 @@ class ShockwaveConfig:
         such re-plan; the default before).
     contiguous_shortfall: what ``packing = "contiguous"`` does when its round-by-round pass leaves
         job-rounds unplaced (typically 1-10 of a window the market filled to the last GPU-round):
-        "repack" (the default: the urgency packer, then the rank MILP when that misses a window
-        deadline; both ignore who was running) or "drop" (ours, opt-in since session 20: keep the
-        contiguous placement and drop those job-rounds, reported as ``shortfall``, whenever every
-        window-fairness deadline still holds; otherwise repack). "drop" restarts fewer jobs (GPU
-        starts 8-16 % fewer on the development and validation suites) and never solves the rank MILP for such windows
-        (h600-mixed: per-solve p95 0.97 s -> 0.01 s), but on the development suite it left a few
-        more jobs late and ranked behind "repack" (docs/choosing_defaults.md, eighth round).
+        "drop" (ours, the default since session 49, opt-in from session 20: keep the contiguous
+        placement and drop those job-rounds, reported as ``shortfall``, whenever every
+        window-fairness deadline still holds; otherwise repack) or "repack" (the urgency packer,
+        then the rank MILP when that misses a window deadline; both ignore who was running). On
+        d160-16gpu-wide, plans packed by those two (and by the trimmed path) stopped 3.5-3.8 running
+        jobs each against 1.4 for a contiguous one. At session 48's defaults "drop" ranked ahead of
+        "repack" on the development suite by the rule (product of the means 0.1368 % against
+        0.1487 %, the same 53 of 55 targets) and met as many validation targets (213 of 224:
+        q120-wide-32gpu's unfair fraction gained, s700-256gpu's makespan lost; thirty-first round of
+        docs/choosing_defaults.md). At session 20's and 37's bases it had ranked behind (eighth and
+        twenty-third rounds).
     fewer_starts: pass every packer's placement (contiguous, urgency, rank MILP, trimmed) through
         :func:`market.shockwave.packing.fewer_starts`, a local search that moves and swaps
         job-rounds to start fewer GPUs, window deadlines kept, and that never moves a job earlier in
@@ -261,7 +265,7 @@ class ShockwaveConfig:
     projection: str = "alone"
     priority_floor: float = 0.8
     unpackable: str = "trim"
-    contiguous_shortfall: str = "repack"
+    contiguous_shortfall: str = "drop"
     fewer_starts: bool = True
     work_bound_fraction: float = 0.85
     tail_packing: bool = True

@@ -105,7 +105,8 @@ def test_round_count_matches_time_indexed_optimum(seed, n, G, F):
     jobs = _random_jobs(np.random.default_rng(seed), n)
     exact = dict(future_rounds=F, rel_gap=1e-9, node_limit=None, lam=2.0)
     # counts the round-count model allows but no placement holds go to the time-indexed model
-    rc = _plan(jobs, G, ShockwaveConfig(formulation="round_count", unpackable="time_indexed", **exact))
+    rc = _plan(jobs, G, ShockwaveConfig(formulation="round_count", unpackable="time_indexed", contiguous_shortfall="repack",
+                                        **exact))
     ti = _plan(jobs, G, ShockwaveConfig(formulation="time_indexed", **exact))
     assert rc.path == ti.path
     assert rc.shortfall == 0
@@ -389,7 +390,7 @@ def _deadline_case():
     # left and must finish by t = 100: its one round must be round 0 (deadline round 1).
     jobs = [Job(0, 2, 10, 0, 100.0, 10.0, 1e5), Job(1, 1, 10, 0, 100.0, 10.0, 100.0),
             Job(2, 1, 10, 0, 100.0, 10.0, 1e5)]
-    return jobs, ShockwaveConfig(future_rounds=2, reopt_rounds=2)
+    return jobs, ShockwaveConfig(future_rounds=2, reopt_rounds=2, contiguous_shortfall="repack")
 
 
 def test_the_fallback_packer_misses_a_deadline_and_the_plan_reports_it(monkeypatch):
@@ -450,7 +451,7 @@ def test_contiguous_shortfall_drop_keeps_the_contiguous_placement_only_while_dea
     plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=drop)
     assert plan.packer == "contiguous" and plan.deadline_misses == []
     assert plan.market_rounds == [[1], [2]] and plan.counts[0] == 0 and plan.shortfall == 1
-    # the default repacks the same shortfall with the other packers
+    # "repack" (the default until session 49) repacks the same shortfall with the other packers
     monkeypatch.setattr(planner, "rank_milp", lambda *a, **k: None)
     plan = plan_window(jobs, num_gpus=2, round_index=0, now_s=0.0, round_duration_s=100.0, config=config)
     assert plan.packer == "urgency" and plan.shortfall == 0 and plan.counts[0] == 1

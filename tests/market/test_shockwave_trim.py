@@ -36,10 +36,17 @@ def test_trimming_drops_the_least_valuable_rounds_until_the_counts_pack():
 
 
 def test_the_planner_trims_instead_of_solving_the_time_indexed_model(monkeypatch):
-    config = ShockwaveConfig()
+    # contiguous_shortfall = "repack": the contiguous packer's shortfall goes to the other packers,
+    # and counts that none of them places are trimmed
+    config = ShockwaveConfig(contiguous_shortfall="repack")
     jobs = [plan_input(j, w, 100, 0, 50_000.0 + 1_000.0 * j, 500.0, 1e6) for j, w in enumerate(WIDTHS)]
     monkeypatch.setattr(planner, "solve_counts", lambda *a, **k: (COUNTS.copy(), None, "levels"))
     plan = plan_window(jobs, num_gpus=16, round_index=0, now_s=0.0, round_duration_s=120.0, config=config)
     assert plan.packer == "trimmed" and plan.shortfall == 0
+    # the default ("drop", no window deadline here) keeps the contiguous placement and reports the
+    # job-rounds it could not place
+    kept = plan_window(jobs, num_gpus=16, round_index=0, now_s=0.0, round_duration_s=120.0, config=ShockwaveConfig())
+    assert kept.packer == "contiguous" and kept.shortfall > 0
+    assert all(sum(WIDTHS[j] for j in r) <= 16 for r in kept.market_rounds)
     assert all(sum(WIDTHS[j] for j in r) <= 16 for r in plan.market_rounds)
     assert sum(plan.counts.values()) < int(COUNTS.sum())
