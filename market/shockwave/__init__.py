@@ -8,7 +8,7 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
 - Objective (maximise): sum_j P_j U(u_j) / (N F) - k z - makespan_k max(0, z - spare), with
   z = max_j leftover_j: a welfare of normalised progress minus a charge on the largest predicted
   leftover. U is the log in the reference (the Nash social welfare); by default (ours, since
-  session 29) the alpha-fair utility with alpha = 0.7 (0.6 until session 33; below). The reference has the k term only; ``makespan_k`` (ours) charges the
+  session 29) the alpha-fair utility with alpha = 0.6 (0.7 in sessions 33-48, 0.6 before; below). The reference has the k term only; ``makespan_k`` (ours) charges the
   part of z beyond a margin under the work bound, spare = theta sum_j w_j R_j / G - F L
   (``Tables.spare_leftover``, theta = ``work_bound_fraction``). With ``tail_packing`` (ours, the
   default since session 36) each job has its own spare, theta E_j - F L, E_j its latest end in a
@@ -19,7 +19,7 @@ Model (per re-plan, window of F rounds of length L, G GPUs, N active jobs):
   ``log_approximation_bases`` instead, and ``utility="alpha_fair"`` (ours, the default) the alpha-fair
   utility (u^(1 - alpha) - 1) / (1 - alpha) (Mo and Walrand, IEEE/ACM ToN 2000; the log at
   alpha = 1); on fewer than ``alpha_gpus`` GPUs (ours, 32 since session 37) alpha shrinks in
-  proportion to the cluster (0.35 on 16 GPUs, ``ShockwaveConfig.alpha_at``). ``excess_k`` (ours, 1e-5 by default since session 30) also charges each job's own leftover beyond spare,
+  proportion to the cluster (0.3 on 16 GPUs, ``ShockwaveConfig.alpha_at``). ``excess_k`` (ours, 1e-5 by default since session 30) also charges each job's own leftover beyond spare,
   excess_k max(0, leftover_j - spare) in the units of P_j U_j (:func:`milp._coefficients`).
   With ``restart_cost`` (ours, the default since session 33) a job that did not run in the round
   before the window has its restart seconds added to R_j, and its row of U is replaced by its least

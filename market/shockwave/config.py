@@ -82,9 +82,12 @@ class ShockwaveConfig:
         round of a job well on, so the market spreads its rounds over fewer jobs at a time), "log"
         (true log, the default before) or "pwl" (the reference's interpolation).
     alpha: the alpha of ``utility = "alpha_fair"`` (> 0; 1 is log, larger is fairer, smaller more
-        utilitarian; default 0.7 since session 33, chosen with ``restart_cost`` and
-        ``preempt_margin``; 0.6, chosen with ``lam`` in session 29, before). On fewer than
-        ``alpha_gpus`` GPUs the market uses a smaller one (:meth:`alpha_at`).
+        utilitarian; default 0.6 since session 49, where at the new ``contiguous_shortfall``
+        default it ranked ahead of 0.7 on the development suite by one target (d160-16gpu-wide's
+        makespan) and met as many validation targets (docs/choosing_defaults.md, thirty-second
+        round); 0.7 from session 33, chosen with ``restart_cost`` and ``preempt_margin``; 0.6,
+        chosen with ``lam`` in session 29, before that). On fewer than ``alpha_gpus`` GPUs the
+        market uses a smaller one (:meth:`alpha_at`).
     formulation: "round_count" (default), "time_indexed" or "reference" (the reference's own
         time-indexed model, fallback and rank MILP, laid out so that the solver receives the same
         problem as the reference's: :mod:`market.shockwave.reference_model`; needs the reference's
@@ -189,8 +192,8 @@ class ShockwaveConfig:
         same margin everywhere), and it met as many validation targets, 183
         (docs/choosing_defaults.md, twentieth round). 0: the same margin at every cluster size.
     alpha_gpus: shrink ``alpha`` with the cluster: on G GPUs the alpha-fair utility uses
-        ``alpha * min(1, G / alpha_gpus)`` (:meth:`alpha_at`). Ours, 32 since session 37 (alpha 0.35
-        on 16 GPUs, 0.525 on 24, ``alpha`` from 32 up): on a small cluster each waiting job is a
+        ``alpha * min(1, G / alpha_gpus)`` (:meth:`alpha_at`). Ours, 32 since session 37 (alpha 0.3
+        on 16 GPUs, 0.45 on 24, ``alpha`` from 32 up, with alpha 0.6): on a small cluster each waiting job is a
         larger share of it, and a fairer alpha spreads its rounds over more jobs at a time, each of
         whose starts costs the restart charge; a smaller alpha runs fewer jobs at a time for longer.
         On the development suite it met 53 of 55 targets with a product of the means of 0.1726 %
@@ -239,7 +242,7 @@ class ShockwaveConfig:
     reopt_rounds: int = 10
     log_approximation_bases: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     utility: str = "alpha_fair"
-    alpha: float = 0.7
+    alpha: float = 0.6
     formulation: str = "round_count"
     solver: str = "auto"
     rel_gap: float = 1e-3
