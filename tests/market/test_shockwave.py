@@ -103,10 +103,9 @@ def test_fallback_when_fairness_constraints_conflict():
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 7), G=st.sampled_from([2, 4, 8]), F=st.integers(2, 5))
 def test_round_count_matches_time_indexed_optimum(seed, n, G, F):
     jobs = _random_jobs(np.random.default_rng(seed), n)
-    exact = dict(future_rounds=F, rel_gap=1e-9, node_limit=None, lam=2.0)
+    exact = dict(future_rounds=F, rel_gap=1e-9, node_limit=None, lam=2.0, contiguous_shortfall="repack")
     # counts the round-count model allows but no placement holds go to the time-indexed model
-    rc = _plan(jobs, G, ShockwaveConfig(formulation="round_count", unpackable="time_indexed", contiguous_shortfall="repack",
-                                        **exact))
+    rc = _plan(jobs, G, ShockwaveConfig(formulation="round_count", unpackable="time_indexed", **exact))
     ti = _plan(jobs, G, ShockwaveConfig(formulation="time_indexed", **exact))
     assert rc.path == ti.path
     assert rc.shortfall == 0
