@@ -338,6 +338,7 @@ def build_results(spec: RunSpec, jobs, out: dict, wall_s: float) -> dict:
                 "solve_s_max": float(arr.max()),
                 "deadline_misses": int(stats.get("deadline_misses", 0)),
                 "limit_stops": int(stats.get("limit_stops", 0)),
+                "critical_jobs": int(stats.get("critical_jobs", 0)),
                 "journal_hits": int(out.get("journal_hits", 0)),
                 "packers": dict(Counter(h["packer"] for h in stats.get("history", []))),
                 "solvers": dict(Counter(h.get("solver", "") for h in stats.get("history", []))),

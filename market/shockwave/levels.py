@@ -129,6 +129,8 @@ def solve_by_levels(
         return None
     w = np.asarray(tables.width, dtype=np.int64)
     lo = np.asarray(tables.n_min, dtype=np.int64) if with_fairness else np.zeros(N, dtype=np.int64)
+    if tables.floor_rounds is not None:
+        lo = np.maximum(lo, tables.floor_rounds)
     hi = np.asarray(tables.n_max, dtype=np.int64)
     if np.any(lo > hi):
         return None

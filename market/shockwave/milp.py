@@ -163,6 +163,8 @@ def solve_counts(
     allowed = nvec[None, :] <= tables.n_max[:, None]
     if with_fairness:
         allowed &= nvec[None, :] >= tables.n_min[:, None]
+    if tables.floor_rounds is not None:
+        allowed &= nvec[None, :] >= tables.floor_rounds[:, None]
     # One binary per allowed (job, n) pair: y_k = 1 iff job jk gets nk rounds.
     jk, nk = np.nonzero(allowed)
     K = len(jk)

@@ -411,6 +411,8 @@ def trim_counts(counts: np.ndarray, tables: Tables, order: np.ndarray, num_gpus:
     c = np.minimum(np.asarray(counts, dtype=np.int64), future_rounds).copy()
     width, utility = tables.width, tables.utility
     floor = np.where(tables.constrained, tables.n_min, 0)
+    if tables.floor_rounds is not None:
+        floor = np.maximum(floor, tables.floor_rounds)
     rows = np.arange(len(c))
     steps = max_steps if max_steps is not None else future_rounds * num_gpus
     charged = charged_leftover(tables)  # the leftover the makespan charges read, (N, F+1)

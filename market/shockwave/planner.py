@@ -57,6 +57,8 @@ class WindowPlan:
     limit_stops: solver calls of this re-plan that a limit stopped before they proved the gap
         (``node_limit``; live also ``time_limit_s``), whose best solution was used
         (:func:`market.solver.solve`). 0 where every solve finished.
+    critical_jobs: jobs the market had to give every round of the window for the run's critical
+        path (``critical_path``, :func:`market.shockwave.tables.critical_rounds`); 0 without it.
     """
 
     start_round: int
@@ -76,6 +78,7 @@ class WindowPlan:
     solver: str = ""
     calibration_calls: dict[int, int] | None = None
     limit_stops: int = 0
+    critical_jobs: int = 0
 
 
 # ---------------------------------------------------------------------------------- plan_window
@@ -184,6 +187,7 @@ def plan_window(
         solver=solver,
         calibration_calls={ids[j]: calls[j].calls for j in range(N)} if calls is not None else None,
         limit_stops=len(stops),
+        critical_jobs=int(np.count_nonzero(tables.floor_rounds)) if tables.floor_rounds is not None else 0,
     )
 
 
@@ -208,7 +212,8 @@ def _solve_and_pack(tables: Tables, *, num_gpus: int, round_index: int, config: 
         except SolverFailure as err:
             path, reason = "fallback", f"fairness constraints: {err}"
     elif tables.constrained.any():
-        demand = tables.width * tables.n_min
+        demand = tables.width * (tables.n_min if tables.floor_rounds is None
+                                 else np.maximum(tables.n_min, tables.floor_rounds))
         fits = all(
             demand[tables.width >= c].sum() <= F * cap for c, cap in width_classes(tables.width, num_gpus)
         )

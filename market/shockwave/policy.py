@@ -31,8 +31,10 @@ class ShockwavePolicy:
             re-plans whose model carried at least one fairness constraint; "fairness_jobs": those
             constraints summed over re-plans; "objective": list; "deadline_misses": constrained jobs
             whose placement missed their window-fairness deadline, summed over re-plans; "limit_stops":
-            solver calls a limit stopped (``WindowPlan.limit_stops``), summed; "history": per re-plan
-            {round, path, packer, solver, constrained_jobs, deadline_misses (job ids), limit_stops}}. The
+            solver calls a limit stopped (``WindowPlan.limit_stops``), summed; "critical_jobs": jobs
+            given every round for the critical path (``WindowPlan.critical_jobs``), summed; "history":
+            per re-plan {round, path, packer, solver, constrained_jobs, critical_jobs, deadline_misses
+            (job ids), limit_stops}}. The
             counters count every re-plan; the lists keep at least the newest :data:`STATS_KEPT`
             re-plans and at most twice that, so a long-lived ``serve`` does not grow without bound.
         plan: the cached :class:`WindowPlan` (or None).
@@ -67,6 +69,7 @@ class ShockwavePolicy:
             "objective": [],
             "deadline_misses": 0,
             "limit_stops": 0,
+            "critical_jobs": 0,
             "history": [],
         }
 
@@ -155,9 +158,11 @@ class ShockwavePolicy:
             st["objective"].append(self.plan.objective)
             st["deadline_misses"] += len(self.plan.deadline_misses)
             st["limit_stops"] += self.plan.limit_stops
+            st["critical_jobs"] += self.plan.critical_jobs
             st["history"].append({"round": ctx.round_index, "path": self.plan.path, "packer": self.plan.packer,
                                   "solver": self.plan.solver,
                                   "constrained_jobs": self.plan.constrained_jobs,
+                                  "critical_jobs": self.plan.critical_jobs,
                                   "deadline_misses": list(self.plan.deadline_misses),
                                   "limit_stops": self.plan.limit_stops})
             for key in ("solve_s", "objective", "history"):

@@ -66,6 +66,9 @@ class Tables:
     # spare_leftover less the job's own spare, so they count leftover_j - spare_j; None: 0
     charge_offset: np.ndarray | None = None
     plain_utility: np.ndarray | None = None  # (N, F+1) U_j(n), unweighted (fairness "reference" only)
+    # (N,) rounds the market must give each job on every path (``critical_path``): n_max for a job
+    # that ends after the work bound's margin even with every round of the window; None: 0
+    floor_rounds: np.ndarray | None = None
     infeasible: bool = False  # fairness "reference": some job cannot meet the constraint (fallback)
 
 
@@ -158,8 +161,9 @@ def tabulate(
     # The run's tail: a long multi-GPU job that cannot run beside the other long ones to the end is
     # due before the work bound; its own spare, theta x its end less the window, replaces the spare.
     charge_offset = None
+    ends = tail_ends(width, R, num_gpus, work_bound) if config.tail_packing and N else np.full(N, work_bound)
     if config.tail_packing and N:
-        own = np.maximum(0.0, config.work_bound_fraction * tail_ends(width, R, num_gpus, work_bound) - F * L)
+        own = np.maximum(0.0, config.work_bound_fraction * ends - F * L)
         charge_offset = spare - own
     # The run's last stretch: once all present work fits in the window, a job that starts after
     # floor((W - R_j) / L) ends after the work bound W, and a re-plan a few rounds on may defer it again.
@@ -167,6 +171,13 @@ def tabulate(
         latest_start = np.floor((work_bound - R) / L).astype(np.int64)
     else:
         latest_start = np.full(N, F, dtype=np.int64)
+    # The critical path (``critical_path``): a job whose leftover even with every round of the
+    # window lies beyond critical_fraction x its end (the work bound, or its tail end) less the
+    # window ends the run late by every round it waits; the market must give it every round.
+    floor_rounds = None
+    if config.critical_path and N:
+        allowed = np.maximum(0.0, config.critical_fraction * ends - F * L)
+        floor_rounds = critical_rounds(width, leftover[np.arange(N), n_max], n_max, allowed, num_gpus)
     share = min(1.0, num_gpus / max(N, 1))
     rho = (now_s + projected_run_s(R, num_gpus, config.projection) - origin) / np.maximum(target - origin, 1e-9)
     priority = np.ones(N)
@@ -193,7 +204,7 @@ def tabulate(
             n_min=n_min, constrained=n_min > 0, priority=priority, rho=rho, slack=bound - now_s - R, remaining=R,
             deadline=np.full(N, F, dtype=np.int64), spare_leftover=spare, latest_start=latest_start,
             charge_offset=charge_offset, plain_utility=plain,
-            infeasible=not feasible,
+            infeasible=not feasible, floor_rounds=floor_rounds,
         )
 
     # Fairness: FT(n) = now + R if leftover(n) == 0 else now + F L + leftover(n) / share.
@@ -227,7 +238,45 @@ def tabulate(
         spare_leftover=spare,
         latest_start=latest_start,
         charge_offset=charge_offset,
+        floor_rounds=floor_rounds,
     )
+
+
+def critical_rounds(width: np.ndarray, leftover_s: np.ndarray, n_max: np.ndarray, allowed_s: np.ndarray,
+                    num_gpus: int) -> np.ndarray:
+    """Rounds the market must give each job for the run's critical path (ours, ``critical_path``).
+
+    A job is critical when its leftover after the window with every round it can use (n_max, then
+    F: a job that ends inside the window has none) exceeds ``allowed_s``: it would end after the
+    time the rest of the work needs even if it ran from now on, so each round it waits lengthens
+    the makespan by a round. Critical jobs are taken by that excess, the largest first, while they
+    fit beside each other in every round (each width class's capacity, :func:`width_classes`):
+    every one of them runs in every round of the window.
+
+    Args:
+        width: (N,) GPUs per job.
+        leftover_s: (N,) each job's leftover with n_max rounds, seconds.
+        n_max: (N,) the most rounds each job can use in the window.
+        allowed_s: (N,) the leftover each job may keep, seconds (``critical_fraction`` x its end
+            less the window).
+        num_gpus: G.
+
+    Returns:
+        (N,) int64: n_max for the critical jobs taken, 0 for the others.
+    """
+    excess = np.where(leftover_s > 1e-9, leftover_s - allowed_s, 0.0)
+    out = np.zeros(len(width), dtype=np.int64)
+    classes = width_classes(width, num_gpus)
+    caps = np.array([cap for _, cap in classes], dtype=np.float64)
+    used = np.zeros(len(classes))
+    for j in np.argsort(-excess, kind="stable"):
+        if excess[j] <= 0:
+            break
+        need = np.array([width[j] if width[j] >= c else 0 for c, _ in classes], dtype=np.float64)
+        if np.all(used + need <= caps + 1e-9):
+            used += need
+            out[j] = n_max[j]
+    return out
 
 
 def tail_ends(width: np.ndarray, remaining_s: np.ndarray, num_gpus: int, horizon_s: float) -> np.ndarray:

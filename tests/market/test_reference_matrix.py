@@ -25,7 +25,7 @@ from market.solver import HighsLp
 from tests.market.highs_lp import highs_lp_of
 
 CONFIG = ShockwaveConfig(future_rounds=5, utility="pwl", fairness="reference", packing="rank", formulation="reference",
-                         priority_cap=float("inf"), preempt_margin=0.0, k=1e-3, makespan_k=0.0, excess_k=0.0,
+                         priority_cap=float("inf"), preempt_margin=0.0, k=1e-3, makespan_k=0.0, excess_k=0.0, critical_path=False,
                          lam=12.0, level_search=False, restart_cost=False, feasibility_jump=True)
 # The module writes cvxpy 1.9's layout (the one the preset was measured with); another cvxpy may lay
 # the same model out otherwise, which changes nothing in the preset but makes these comparisons moot.

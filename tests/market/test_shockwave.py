@@ -475,7 +475,7 @@ def test_policy_counts_deadline_misses_and_packers(monkeypatch):
                             predictions=preds))
     assert pol.stats["deadline_misses"] == 1
     assert pol.stats["history"] == [{"round": 0, "path": "constrained", "packer": "urgency", "solver": "HIGHS",
-                                     "constrained_jobs": 1, "deadline_misses": [1], "limit_stops": 0}]
+                                     "constrained_jobs": 1, "critical_jobs": 0, "deadline_misses": [1], "limit_stops": 0}]
 
 
 def test_a_job_whose_epochs_are_counted_but_not_its_steps_still_gains_from_a_round():
@@ -492,21 +492,20 @@ def test_a_job_whose_epochs_are_counted_but_not_its_steps_still_gains_from_a_rou
 def test_makespan_k_runs_a_job_whose_leftover_lies_beyond_the_work_bound():
     # G = 4, F = 4, L = 100 s. Four late one-GPU jobs (rho ~ 1.7, priority rho^16) could fill the
     # window; a long two-GPU job with no fairness pressure is left with 3000 s, more than the
-    # work bound allows: (4 x 400 + 2 x 3000) / 4 - F L = 1500 s.
+    # work bound allows: (4 x 400 + 2 x 3000) / 4 - F L = 1500 s. First the reference's objective.
     late = [Job(j, 1, 10, 6, 400.0, 100.0, 900.0) for j in range(4)]
     long = Job(9, 2, 30, 0, 3000.0, 100.0, 100_000.0)
     jobs = [*late, long]
-    config = ShockwaveConfig(future_rounds=4, k=1e-3, makespan_k=0.0, work_bound_fraction=1.0)  # the reference's objective
+    config = ShockwaveConfig(future_rounds=4, k=1e-3, makespan_k=0.0, work_bound_fraction=1.0, critical_path=False)
     tables = tabulate(jobs, num_gpus=4, now_s=1000.0, round_duration_s=100.0, config=config)
     assert tables.spare_leftover == pytest.approx(1500.0)
     # the default margin charges from 0.85 of the work bound: 0.85 x 1900 - 400 = 1215 s
     assert tabulate(jobs, num_gpus=4, now_s=1000.0, round_duration_s=100.0,
                     config=ShockwaveConfig(future_rounds=4)).spare_leftover == pytest.approx(1215.0)
-    with pytest.raises(ValueError, match="work_bound_fraction"):
-        ShockwaveConfig(work_bound_fraction=0.0)
     assert _plan(jobs, 4, config).counts[9] == 0  # k x max leftover alone: the priorities win
     for level_search in (True, False):
-        plan = _plan(jobs, 4, ShockwaveConfig(future_rounds=4, makespan_k=10.0, level_search=level_search))
+        plan = _plan(jobs, 4, ShockwaveConfig(future_rounds=4, makespan_k=10.0, level_search=level_search,
+                                              critical_path=False))
         assert plan.counts[9] == 4 and all(9 in r for r in plan.rounds)
         _check_capacity(plan, jobs, 4)
 

@@ -42,6 +42,9 @@ def test_weights_at_their_bound_still_plan_with_the_market():
     ({"priority_cap": math.nan}, "priority_cap"),
     ({"preempt_margin": math.inf}, "preempt_margin"),
     ({"seed": -1}, "seed"),
+    ({"work_bound_fraction": 0.0}, "work_bound_fraction"),
+    ({"critical_fraction": 0.0}, "critical_fraction"),
+    ({"critical_fraction": 10.5}, "critical_fraction"),
     ({"log_approximation_bases": (0.0, math.nan, 1.0)}, "log_approximation_bases"),
     ({"log_approximation_bases": tuple(i / 200 for i in range(201))}, "log_approximation_bases"),
 ])
@@ -58,7 +61,7 @@ def test_the_bounds_admit_the_references_values():
 @pytest.mark.parametrize("charge", [{"makespan_k": 0.03}, {"excess_k": 1e-5}])
 def test_the_reference_formulation_refuses_charges_it_would_ignore(charge):
     reference = dict(formulation="reference", fairness="reference", utility="pwl", packing="rank", makespan_k=0.0,
-                     excess_k=0.0, restart_cost=False)
+                     excess_k=0.0, restart_cost=False, critical_path=False)
     ShockwaveConfig(**reference)
     with pytest.raises(ValueError, match="no work-bound charges"):
         ShockwaveConfig(**{**reference, **charge})

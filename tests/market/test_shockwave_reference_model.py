@@ -23,7 +23,7 @@ from market.shockwave.reference_model import (
 from predictor.predictor import Prediction
 
 CONFIG = ShockwaveConfig(future_rounds=5, utility="pwl", fairness="reference", packing="rank", formulation="reference",
-                         priority_cap=math.inf, preempt_margin=0.0, k=1e-3, makespan_k=0.0, excess_k=0.0, lam=12.0,
+                         priority_cap=math.inf, preempt_margin=0.0, k=1e-3, makespan_k=0.0, excess_k=0.0, critical_path=False, lam=12.0,
                          level_search=False, restart_cost=False)
 
 
