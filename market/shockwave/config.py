@@ -288,7 +288,7 @@ class ShockwaveConfig:
     tail_packing: bool = True
     alpha_gpus: int = 32
     hold_until_replan: bool = True
-    critical_path: bool = False
+    critical_path: bool = True
     critical_fraction: float = 1.5
 
     def alpha_at(self, num_gpus: int) -> float:
