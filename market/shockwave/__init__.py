@@ -63,6 +63,14 @@ Finish-time-fairness constraint (our choice; the reference's is infeasible at ev
   it), the re-plan takes the reference's fallback: drop them, keep the P_j-weighted utilities, and
   the packing gives high priority jobs the earliest rounds.
 
+The critical path (``critical_path``, ours, since session 50): a job whose leftover after the
+window, with every round of it, exceeds ``critical_fraction`` x its end (the work bound, the active
+jobs' remaining GPU-seconds over G, or its tail end) less the window would end after the rest of
+the present work even if it ran from now on; on every path the market must give it every round
+(:func:`market.shockwave.tables.critical_rounds`: the largest excess first, while such jobs fit
+beside each other in every round). The makespan charges price the same leftover, but a late job's
+P_j outbids them.
+
 Packing (``packing``): the objective depends only on the counts, so *when* a job runs inside the
 window is free. ``"contiguous"`` (default, :func:`pack_contiguous`) builds the rounds in order and
 keeps running jobs running (each restart costs a checkpoint and a resume: 20 s of a 120 s round in

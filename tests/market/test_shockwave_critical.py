@@ -55,6 +55,19 @@ def test_a_larger_fraction_leaves_a_job_off_the_critical_path():
     assert plan.counts == _window(False)[2].counts
 
 
+def test_the_critical_path_holds_on_the_fallback_path_too():
+    # fifteen on-time jobs whose window deadlines need 45 of the 40 GPU-rounds (the fallback drops
+    # the fairness constraints) and ten late ones; the charges off, so only the bound runs the long job
+    jobs = ([Job(0, 1, 100, 0, 10_000.0, 100.0, 1e6)] + [Job(i, 1, 3, 0, 300.0, 100.0, 420.0) for i in range(1, 16)]
+            + [Job(i, 1, 3, 0, 300.0, 100.0, 200.0) for i in range(16, 26)])
+    for critical, rounds in ((False, 0), (True, 10)):
+        config = ShockwaveConfig(future_rounds=10, critical_path=critical, makespan_k=0.0, excess_k=0.0)
+        plan = plan_window(jobs, num_gpus=4, round_index=0, now_s=100.0, round_duration_s=100.0, config=config)
+        assert plan.path == "fallback" and plan.counts[0] == rounds
+        assert plan.critical_jobs == int(critical)
+        assert sum(0 in r for r in plan.market_rounds) == rounds
+
+
 def test_the_reference_formulation_refuses_it():
     with pytest.raises(ValueError, match="critical_path"):
         ShockwaveConfig(formulation="reference", fairness="reference", utility="pwl", packing="rank",
