@@ -69,3 +69,15 @@ def test_names_and_seeds_cannot_clash_with_the_hand_written_suites() -> None:
 def test_out_of_range_seeds_and_counts_are_refused(seed: int, count: int) -> None:
     with pytest.raises(ValueError, match="seed|count"):
         sample.sample_entries(seed, count)
+
+
+@pytest.mark.parametrize("path", sorted(bench_suite.DEFAULT_SUITE.parent.glob("sampled_*_suite.toml")), ids=lambda p: p.name)
+def test_a_committed_sampled_suite_is_what_its_seed_draws(path) -> None:
+    # the header may say more (a suite that became a validation suite says so by hand), the traces may not:
+    # each committed [[trace]] is the draw of the seed and count its first line names
+    first = path.read_text().splitlines()[0]
+    found = re.search(r"--seed (\d+) --count (\d+)", first)
+    assert found, first
+    seed, count = int(found.group(1)), int(found.group(2))
+    assert path.name == f"sampled_{seed}_suite.toml"
+    assert tomllib.loads(path.read_text())["trace"] == sample.sample_entries(seed, count)
