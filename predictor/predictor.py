@@ -104,8 +104,11 @@ class PredictorConfig:
     unknown_epoch_s: epoch duration (s, in (0, 604800]) assumed for a job with no profile or throughput.
     contention: the N of the fair share s = min(1, G / N) in each fair-share finish-time estimate
         (§4.5): "active" (the reference: jobs active now), "peak" (ours: the most jobs active at
-        once since the job arrived) or "submitted" (every job submitted so far, finished ones
-        included; grows without bound on a long-lived cluster). With "active" the estimate falls
+        once since the job arrived), "overlap" (ours: every job that has been active beside it
+        since it arrived, itself included: the jobs active at its arrival and every one that arrived
+        after it while it was active; it equals the metric's N for a job that spans the trace and
+        stays bounded on a long-lived cluster) or "submitted" (every job submitted so far, finished
+        ones included; grows without bound on a long-lived cluster). With "active" the estimate falls
         as the cluster empties, so jobs that waited through a crowded period are planned against
         targets they can no longer meet and their lateness priorities crowd out the rest; the
         finish-time fairness metric (§6) uses the trace's N / G throughout. Under the projection
@@ -136,7 +139,7 @@ class PredictorConfig:
     profile_rounding: str = "none"
 
     def __post_init__(self) -> None:
-        choices = (("profile_rounding", ("none", "whole_seconds")), ("contention", ("active", "peak", "submitted")),
+        choices = (("profile_rounding", ("none", "whole_seconds")), ("contention", ("active", "peak", "overlap", "submitted")),
                    ("observations", ("profile", "observed")), ("calibration_clock", ("run", "rounds")))
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -257,6 +260,10 @@ class Predictor:
             except ValueError:
                 del self._jobs[job_id]
                 raise
+        else:  # an arrival: it shares the cluster with every job active now, and they with it
+            for other in self._jobs.values():
+                other.overlap += 1
+            self._jobs[job_id].overlap = len(self._jobs)
         self._reestimate = True
 
     def observe_progress(
@@ -383,7 +390,8 @@ class Predictor:
             submitted = active + self._num_finished  # every job added so far, finished ones included
             for job_id, job in self._jobs.items():
                 job.peak_active = max(job.peak_active, active)
-                contention = {"active": active, "peak": job.peak_active, "submitted": submitted}[self.config.contention]
+                contention = {"active": active, "peak": job.peak_active, "overlap": max(job.overlap, job.peak_active),
+                              "submitted": submitted}[self.config.contention]
                 share = min(1.0, num_gpus / contention)
                 remaining, elapsed = basics[job_id][3]
                 job.share_series.append((int(round_index), job.submit_s + (elapsed + remaining) / share))

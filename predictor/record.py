@@ -42,6 +42,7 @@ class JobRecord:
     steps_by_bs: dict[int, list[float]] = field(default_factory=dict)  # bs -> [steps, seconds]
     share_series: list[tuple[int, float]] = field(default_factory=list)
     peak_active: int = 0  # the most jobs active at once since it was added
+    overlap: int = 0  # the jobs active beside it at some time since it was added, itself included
     predictions: list[tuple[int, float, float, float]] = field(default_factory=list)  # round, now, R, run_s
     # bumped by every observation; the last estimate is reused while it and the calibration are unchanged
     version: int = 0

@@ -2,7 +2,7 @@
 
 What a :class:`predictor.Predictor` knows of a job beyond its submission (measured throughput per
 batch size, run seconds, batch-size changes, calibration, the fair-share finish-time estimates
-behind its target, the peak contention it has faced) is built up round by round and cannot be
+behind its target, the peak contention it has faced and the jobs it has shared the cluster with) is built up round by round and cannot be
 recomputed from the job's record. :class:`JobState` is that knowledge; ``serve`` stores it with
 the job (``live.store.Store``) and hands it back to the predictor when it restores the job.
 
@@ -57,6 +57,7 @@ class JobState(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     steps_by_bs: list[tuple[_PosInt, _NonNeg, _NonNeg]]
     share_series: list[tuple[int, float]]
     peak_active: _NonNegInt
+    overlap: _NonNegInt = 0  # absent from states stored before session 51
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -73,7 +74,7 @@ def encode_state(job: "JobRecord") -> bytes:
         measured_samples=job.measured_samples, run_s=job.run_s, measurements=list(job.measurements),
         calibration=job.calibration, pending=job.pending,
         steps_by_bs=[(b, steps, seconds) for b, (steps, seconds) in job.steps_by_bs.items()],
-        share_series=list(job.share_series), peak_active=job.peak_active,
+        share_series=list(job.share_series), peak_active=job.peak_active, overlap=job.overlap,
     ))
 
 
@@ -109,4 +110,5 @@ def restore_record(job: "JobRecord", state: JobState) -> None:
     job.pending = (state.pending[0], list(state.pending[1])) if state.pending is not None else None
     job.steps_by_bs = {b: [steps, seconds] for b, steps, seconds in state.steps_by_bs}
     job.share_series, job.peak_active = list(state.share_series), state.peak_active
+    job.overlap = max(state.overlap, state.peak_active)  # a state stored without it: at least its peak
     job.share_arrays = job.last_estimate = None

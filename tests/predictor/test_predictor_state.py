@@ -65,6 +65,24 @@ def test_a_restored_predictor_predicts_what_the_one_that_kept_running_does(clock
     assert restored.predict(**args) == kept.predict(**args)
 
 
+def test_a_restored_predictor_keeps_the_jobs_each_one_has_shared_the_cluster_with():
+    # contention "overlap": job 9 came and went beside jobs 1 and 7 (3 each); restored jobs do not
+    # count each other again, and a newcomer after the restart counts for both as it does for the
+    # predictor that kept running
+    config = PredictorConfig(contention="overlap")
+    kept = _history(config)
+    restored = Predictor(config, round_duration_s=100.0)
+    _add_all(restored, dict(kept.changed_states()), restart_s=400.0)
+    for pred in (kept, restored):
+        pred.add_job(11, submit_s=400.0, round_index=4, scale_factor=1, profile=PROFILE)
+    args = dict(round_index=4, now_s=400.0, num_gpus=3, round_duration_s=100.0)
+    want, got = kept.predict(**args), restored.predict(**args)
+    assert got == want
+    assert [kept._jobs[j].overlap for j in (1, 7, 11)] == [4, 4, 3]  # noqa: SLF001 - the count itself
+    old = msgspec.msgpack.decode(kept.changed_state(1))[:-1]  # a state stored before the field existed
+    assert decode_state(msgspec.msgpack.encode(old)).overlap == 0
+
+
 def test_only_changed_states_are_exported():
     pred = _history(PredictorConfig())
     assert {j for j, _ in pred.changed_states()} == {1, 7}
