@@ -106,9 +106,13 @@ class PredictorConfig:
         (§4.5): "active" (the reference: jobs active now), "peak" (ours: the most jobs active at
         once since the job arrived), "overlap" (ours: every job that has been active beside it
         since it arrived, itself included: the jobs active at its arrival and every one that arrived
-        after it while it was active; it equals the metric's N for a job that spans the trace and
-        stays bounded on a long-lived cluster) or "submitted" (every job submitted so far, finished
-        ones included; grows without bound on a long-lived cluster). With "active" the estimate falls
+        after it), "oldest" (ours: the overlap of the oldest job active now, the same N for every
+        active job; on a trace whose oldest active job spans most of it, the metric's N) or
+        "submitted" (every job submitted so far, finished ones included; grows without bound on a
+        long-lived cluster, where "oldest" is bounded by the arrivals within one job's life).
+        "overlap" recedes a waiting job's target with every arrival while a newcomer's stays near
+        the jobs active now, so the earliest long jobs run last (docs/choosing_defaults.md,
+        thirty-fourth round). With "active" the estimate falls
         as the cluster empties, so jobs that waited through a crowded period are planned against
         targets they can no longer meet and their lateness priorities crowd out the rest; the
         finish-time fairness metric (§6) uses the trace's N / G throughout. Under the projection
@@ -139,7 +143,7 @@ class PredictorConfig:
     profile_rounding: str = "none"
 
     def __post_init__(self) -> None:
-        choices = (("profile_rounding", ("none", "whole_seconds")), ("contention", ("active", "peak", "overlap", "submitted")),
+        choices = (("profile_rounding", ("none", "whole_seconds")), ("contention", ("active", "peak", "overlap", "oldest", "submitted")),
                    ("observations", ("profile", "observed")), ("calibration_clock", ("run", "rounds")))
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -388,10 +392,11 @@ class Predictor:
         if reestimate:
             active = len(self._jobs)
             submitted = active + self._num_finished  # every job added so far, finished ones included
+            oldest = max(max(job.overlap, job.peak_active, active) for job in self._jobs.values())
             for job_id, job in self._jobs.items():
                 job.peak_active = max(job.peak_active, active)
                 contention = {"active": active, "peak": job.peak_active, "overlap": max(job.overlap, job.peak_active),
-                              "submitted": submitted}[self.config.contention]
+                              "oldest": oldest, "submitted": submitted}[self.config.contention]
                 share = min(1.0, num_gpus / contention)
                 remaining, elapsed = basics[job_id][3]
                 job.share_series.append((int(round_index), job.submit_s + (elapsed + remaining) / share))

@@ -229,6 +229,7 @@ def test_fair_share_series_appended_on_add_and_remove_only():
     ("active", 1, 1),  # the reference: jobs active now
     ("peak", 2, 1),  # the most jobs active at once since the job arrived
     ("overlap", 2, 1),  # every job active beside it since it arrived, itself included
+    ("oldest", 2, 1),  # the overlap of the oldest job active now, for every job
     ("submitted", 2, 3),  # every job submitted so far, finished ones included
 ])
 def test_contention_of_the_fair_share(contention, alone, newcomer):
@@ -250,14 +251,15 @@ def test_contention_of_the_fair_share(contention, alone, newcomer):
         PredictorConfig(contention="trace")
 
 
-def test_overlap_counts_every_job_that_shared_the_cluster_and_no_other():
+def test_overlap_counts_every_job_that_shared_the_cluster_and_oldest_gives_all_the_oldest_ones_count():
     # 1 GPU, 46 s alone each. Job 1 sees job 2 come and go, then job 3 arrive: it has shared the
     # cluster with three jobs (itself included) though never more than two at once; job 3 arrived
     # after job 2 had left and counts two. A long-lived cluster's earlier jobs do not count.
     pred = Predictor(PredictorConfig(**REF, contention="overlap"))
     peak = Predictor(PredictorConfig(**REF, contention="peak"))
+    oldest = Predictor(PredictorConfig(**REF, contention="oldest"))
     prof = _profile()
-    for p in (pred, peak):
+    for p in (pred, peak, oldest):
         for old in range(10, 15):  # jobs that came and went before job 1 arrived
             p.add_job(old, submit_s=0.0, round_index=0, scale_factor=1, profile=prof)
             p.remove_job(old, finish_s=1.0)
@@ -271,6 +273,10 @@ def test_overlap_counts_every_job_that_shared_the_cluster_and_no_other():
     assert got[3].fair_share_finish_s == pytest.approx(200.0 + 2 * 46.0)
     assert peak.predict(round_index=2, now_s=240.0, num_gpus=1, round_duration_s=120.0)[1].fair_share_finish_s \
         == pytest.approx(2 * 46.0)
+    # "oldest": every active job gets the oldest one's count, job 3 as job 1
+    same = oldest.predict(round_index=2, now_s=240.0, num_gpus=1, round_duration_s=120.0)
+    assert same[1].fair_share_finish_s == pytest.approx(3 * 46.0)
+    assert same[3].fair_share_finish_s == pytest.approx(200.0 + 3 * 46.0)
 
 
 def test_quality_records_errors_against_actual_remaining_run_time():
