@@ -139,7 +139,7 @@ class PredictorConfig:
     observations: str = "profile"
     unknown_epoch_s: float = 60.0
     reference_float_order: bool = False
-    contention: str = "peak"
+    contention: str = "oldest"
     profile_rounding: str = "none"
 
     def __post_init__(self) -> None:
