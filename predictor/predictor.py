@@ -143,7 +143,8 @@ class PredictorConfig:
     profile_rounding: str = "none"
 
     def __post_init__(self) -> None:
-        choices = (("profile_rounding", ("none", "whole_seconds")), ("contention", ("active", "peak", "overlap", "oldest", "submitted")),
+        choices = (("profile_rounding", ("none", "whole_seconds")),
+                   ("contention", ("active", "peak", "overlap", "oldest", "submitted")),
                    ("observations", ("profile", "observed")), ("calibration_clock", ("run", "rounds")))
         for name, allowed in choices:
             if getattr(self, name) not in allowed:

@@ -2,9 +2,10 @@
 
 What a :class:`predictor.Predictor` knows of a job beyond its submission (measured throughput per
 batch size, run seconds, batch-size changes, calibration, the fair-share finish-time estimates
-behind its target, the peak contention it has faced and the jobs it has shared the cluster with) is built up round by round and cannot be
-recomputed from the job's record. :class:`JobState` is that knowledge; ``serve`` stores it with
-the job (``live.store.Store``) and hands it back to the predictor when it restores the job.
+behind its target, the peak contention it has faced and the jobs it has shared the cluster with)
+is built up round by round and cannot be recomputed from the job's record. :class:`JobState` is
+that knowledge; ``serve`` stores it with the job (``live.store.Store``) and hands it back to the
+predictor when it restores the job.
 
 Not kept: the profile's per-epoch arrays (they come again with the job's profile), the
 predictions made so far (they only score prediction quality once the job completes; a restored
