@@ -63,10 +63,11 @@ class ShockwaveConfig:
         default since session 41: on the development suite it ranked ahead of false by 7.7 % of
         the product of the means and met all 213 validation targets that false meets
         (docs/choosing_defaults.md, twenty-sixth round, the slack form).
-    lam: exponent of the fairness priority rho^lam (the reference's 12; ours 14, chosen on the
-        development suite, benchmarks/suite/dev_suite.toml, together with ``utility = "alpha_fair"``,
-        ``alpha = 0.6`` and unrounded profiles, ``[predictor] profile_rounding = "none"``:
-        docs/choosing_defaults.md, fifteenth round).
+    lam: exponent of the fairness priority rho^lam (the reference's 12, the default again since
+        session 52: at session 51's base it ranked ahead of 14 on the development suite,
+        benchmarks/suite/dev_suite.toml, and met 398 validation targets against 397,
+        docs/choosing_defaults.md, thirty-fifth round; 14 from session 29, chosen with
+        ``utility = "alpha_fair"``, ``alpha = 0.6`` and unrounded profiles, fifteenth round).
     rhomax: allowed ratio to the fair-share finish-time target.
     future_rounds: F, window length in rounds.
     reopt_rounds: periodic re-plan interval in rounds (reference: 8). Ours 10 since session 35: on
@@ -250,7 +251,7 @@ class ShockwaveConfig:
     k: float = 0.0
     makespan_k: float = 0.03
     excess_k: float = 1e-5
-    lam: float = 14.0
+    lam: float = 12.0
     rhomax: float = 1.0
     future_rounds: int = 20
     reopt_rounds: int = 10
