@@ -37,6 +37,7 @@ def _jobs():
 
 
 def _tables(on: bool, **knobs):
+    knobs.setdefault("work_bound_fraction", 0.85)  # the figures below use theta 0.85
     config = ShockwaveConfig(future_rounds=2, tail_packing=on, restart_cost=False, **knobs)
     return tabulate(_jobs(), num_gpus=16, now_s=0.0, round_duration_s=100.0, config=config), config
 
