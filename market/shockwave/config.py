@@ -40,8 +40,8 @@ class ShockwaveConfig:
         less the window (ours: 0.8 since session 52, the thirty-sixth round of
         docs/choosing_defaults.md: at the thirty-fifth round's base it met 70 of 71 development
         targets against 69 and 398 validation targets, as many as 0.85; 0.85 from session 19;
-        1.0 charges only what the work bound proves late). The work bound assumes the other jobs fill the
-        cluster around the longest ones to the end; when several long jobs start at that last
+        1.0 charges only what the work bound proves late). The work bound assumes the other jobs
+        fill the cluster around the longest ones to the end; when several long jobs start at that last
         moment, any round they lose (to a job's window deadline, a wide job's packing) or any
         remaining time predicted short ends the run on a cluster of a few long jobs (d240-accordion-48gpu:
         idle GPUs worth 4,282 s of its 49,188 s makespan at 1.0).
