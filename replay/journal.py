@@ -12,9 +12,10 @@ working session, the rerun reaches the same round in minutes and goes on from th
 their ``solve_s`` are those measured when they were solved).
 
 File format: records, each a 4-byte big-endian length, a msgpack payload and its 4-byte CRC-32.
-The first record is the header: the format, and a digest of the planner's source files and of
-the solver and numerics libraries' versions. A journal written by other planner code is refused
-(its plans might differ). A record cut short by a crash (length, payload or CRC incomplete or
+The first record is the header: the format, and a digest of the planner's source files (their
+syntax trees, so that an edit of a comment or a docstring keeps the journal) and of the solver and
+numerics libraries' versions. A journal written by other planner code is refused (its plans might
+differ). A record cut short by a crash (length, payload or CRC incomplete or
 wrong) ends the journal: it is cut off when the journal is opened, and the plan it held is
 solved again. Every record is flushed and fsynced before the replay goes on. One replay at a
 time may hold a journal (an exclusive ``flock``).
@@ -26,10 +27,12 @@ their solvers have a wall-clock budget, so the same inputs need not give the sam
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import hashlib
 import os
 import struct
+import sys
 import zlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -68,15 +71,40 @@ class _Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     plan: WindowPlan
 
 
+def code_form(source: bytes, filename: str = "<planner>") -> bytes:
+    """What of a Python source file can change what it computes: its syntax tree without the
+    docstrings of the module, its classes and functions, and without line numbers; comments and
+    layout are not in the tree. A file that does not parse gives its bytes as they are.
+
+    A reference-preset replay of a large trace takes hours, and the journal is refused as soon as
+    the planner's digest changes: an edit of a docstring or a comment in ``market/shockwave`` must
+    not cost those hours (the thirty-sixth round's docstring edits did, session 52).
+    """
+    try:
+        tree = ast.parse(source, filename=filename)
+    except (SyntaxError, ValueError):
+        return source
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                # a body of a docstring alone keeps a `pass` in its place, so that it stays a body
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False, include_attributes=False).encode()
+
+
 def planner_digest() -> str:
     """SHA-256 (hex) of the planner's source files (:data:`PLANNER_SOURCES`, ``.py`` files in name
-    order) and of the installed versions of :data:`PLANNER_LIBRARIES`."""
+    order, each in its :func:`code_form`), of the Python version that parsed them (the form of the
+    tree is the version's) and of the installed versions of :data:`PLANNER_LIBRARIES`."""
     root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
+    h = hashlib.sha256(f"python={sys.version_info.major}.{sys.version_info.minor}\0".encode())
     for source in PLANNER_SOURCES:
         path = root / source
         for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            h.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
+            name = str(file.relative_to(root))
+            h.update(name.encode() + b"\0" + code_form(file.read_bytes(), name) + b"\0")
     for name in PLANNER_LIBRARIES:
         h.update(f"{name}={installed_version(name)}\0".encode())
     return h.hexdigest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import re
@@ -136,9 +137,35 @@ def test_the_planner_digest_follows_the_planner_source(tmp_path, monkeypatch):
     (tmp_path / "market" / "solver.py").write_bytes((ROOT / "market" / "solver.py").read_bytes())
     monkeypatch.setattr(journal_module, "__file__", str(tmp_path / "replay" / "journal.py"))
     assert journal_module.planner_digest() == before
-    with open(copy / "packing.py", "a") as f:
-        f.write("\n# a changed packer\n")
+    # a comment, a docstring and the layout are not code: the journal of a long replay survives them
+    packing = copy / "packing.py"
+    source = packing.read_text()
+    tree = ast.parse(source)
+    function = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and ast.get_docstring(node))
+    docstring_line = function.body[0].lineno  # the docstring's first line
+    lines = source.splitlines(keepends=True)
+    lines[docstring_line - 1] = lines[docstring_line - 1].replace('"""', '"""A reworded docstring. ', 1)
+    packing.write_text("# a new comment\n\n" + "".join(lines) + "\n\n# a changed comment\n")
+    assert ast.get_docstring(next(n for n in ast.parse(packing.read_text()).body
+                                  if isinstance(n, ast.FunctionDef) and n.name == function.name)).startswith("A reworded")
+    assert journal_module.planner_digest() == before
+    # a change of code is
+    with open(packing, "a") as f:
+        f.write("\nCHANGED_PACKER = 1\n")
     assert journal_module.planner_digest() != before
+
+
+def test_the_code_form_drops_docstrings_and_comments_and_keeps_code():
+    form = journal_module.code_form
+    plain = b"def f(x):\n    return x + 1\n"
+    assert form(plain) == form(b'"""Module."""\n# a comment\ndef f(x):\n    """Adds one."""\n    return x + 1  # one\n')
+    assert form(plain) != form(b"def f(x):\n    return x + 2\n")
+    # a function whose body is its docstring alone stays a function with a body
+    assert form(b'def g():\n    """Nothing."""\n') == form(b"def g():\n    pass\n")
+    # a string that is not first in its body is code (an expression statement), kept
+    assert form(b'def h():\n    x = 1\n    "kept"\n') != form(b"def h():\n    x = 1\n")
+    # a file that does not parse is digested as its bytes
+    assert form(b"def (:\n") == b"def (:\n"
 
 
 # ---------------------------------------------------------------------------------- through a replay
