@@ -159,3 +159,42 @@ def test_the_summary_marks_each_row_against_the_defaults(tmp_path):
     assert rows == {"base": "the defaults", "near": "within noise", "far": "ahead"}
     with pytest.raises(ValueError, match="not one of"):
         bench_suite.summary([near, far], against=base)
+
+
+@pytest.mark.parametrize("base, row, expected", [
+    (0.8497, 0.8529, (0, 0, 1)),  # the thirty-sixth round's deciding flip: 0.38 % past 0.85x, inside the band
+    (0.8529, 0.8497, (0, 0, 1)),
+    (0.84, 0.86, (0, 1, 0)),  # 1.2 % past: a loss
+    (0.86, 0.84, (1, 0, 0)),
+    (0.80, 0.84, (0, 0, 0)),  # no flip
+])
+def test_a_target_flips_against_the_defaults_only_beyond_the_band(base, row, expected):
+    assert bench_suite.band_flips({("t", "makespan_s"): row}, {("t", "makespan_s"): base}, band=0.005) == expected
+    # with no band every flip counts
+    gained, lost, _ = expected
+    flipped = (base <= 0.85) != (row <= 0.85)
+    assert bench_suite.band_flips({("t", "makespan_s"): row}, {("t", "makespan_s"): base}, band=0.0) == (
+        (int(flipped and row <= 0.85), int(flipped and base <= 0.85), 0))
+
+
+def test_the_summary_counts_targets_against_the_defaults_beyond_the_band(tmp_path):
+    def run(name, makespan, jct):
+        path = tmp_path / f"{name}.json"
+        cells = [{"trace": "t", "policy": "shockwave", "makespan_s": makespan, "avg_jct_s": jct,
+                  "worst_rho": 1.0, "unfair_fraction_1_05": 0.1, "mean_rho": 0.5},
+                 {"trace": "t", "policy": "max_min_fairness", "makespan_s": 100.0, "avg_jct_s": 100.0,
+                  "worst_rho": 2.0, "unfair_fraction_1_05": 0.2, "mean_rho": 1.0}]
+        path.write_text(json.dumps({"overrides": [name], "loads": {"t": [100, 2.0]}, "cells": cells}))
+        return str(path)
+
+    # the defaults meet the makespan target by a hair; "hair" misses it by a hair with a far smaller
+    # product (its average JCT 40 against 50), "wide" misses it by 2 %
+    base, hair, wide = run("base", 84.9, 50.0), run("hair", 85.2, 40.0), run("wide", 86.7, 40.0)
+
+    def verdicts(**kwargs):
+        return {r.split(" | ")[0].strip("| `"): r.split(" | ")[-1].strip(" |")
+                for r in bench_suite.summary([base, hair, wide], against=base, **kwargs).splitlines()[2:]}
+
+    assert verdicts() == {"base": "the defaults", "hair": "ahead; 1 inside the band", "wide": "behind"}
+    # without the band (the rule until the thirty-seventh round) the hairline loss decides
+    assert verdicts(band=0.0) == {"base": "the defaults", "hair": "behind", "wide": "behind"}
