@@ -70,16 +70,22 @@ def test_the_summary_counts_no_unfair_job_as_half_a_job(tmp_path):
     assert row[8].strip(" |") == "1.0000 %"  # the product of the five, the rule's tie-break
 
 
+def _saved_run(tmp_path, name: str, makespan: float, jct: float) -> str:
+    """A saved ``--out`` file of one trace "t": Shockwave's cell with ``makespan`` and ``jct`` beside
+    max-min fairness's (100 s each), overrides ``[name]``."""
+    path = tmp_path / f"{name}.json"
+    cells = [{"trace": "t", "policy": "shockwave", "makespan_s": makespan, "avg_jct_s": jct,
+              "worst_rho": 1.0, "unfair_fraction_1_05": 0.1, "mean_rho": 0.5},
+             {"trace": "t", "policy": "max_min_fairness", "makespan_s": 100.0, "avg_jct_s": 100.0,
+              "worst_rho": 2.0, "unfair_fraction_1_05": 0.2, "mean_rho": 1.0}]
+    path.write_text(json.dumps({"overrides": [name], "loads": {"t": [100, 2.0]}, "cells": cells}))
+    return str(path)
+
+
 def test_the_summary_ranks_by_targets_then_by_the_product(tmp_path):
     # three settings on one trace: a with a target missed, b and c meeting all, c's product smaller
     def run(name, makespan, jct):
-        path = tmp_path / f"{name}.json"
-        cells = [{"trace": "t", "policy": "shockwave", "makespan_s": makespan, "avg_jct_s": jct,
-                  "worst_rho": 1.0, "unfair_fraction_1_05": 0.1, "mean_rho": 0.5},
-                 {"trace": "t", "policy": "max_min_fairness", "makespan_s": 100.0, "avg_jct_s": 100.0,
-                  "worst_rho": 2.0, "unfair_fraction_1_05": 0.2, "mean_rho": 1.0}]
-        path.write_text(json.dumps({"overrides": [name], "loads": {"t": [100, 2.0]}, "cells": cells}))
-        return str(path)
+        return _saved_run(tmp_path, name, makespan, jct)
 
     rows = bench_suite.summary([run("a", 70.0, 101.0), run("b", 80.0, 90.0), run("c", 84.0, 80.0)]).splitlines()[2:]
     assert [r.split(" | ")[0].strip("| `") for r in rows] == ["c", "b", "a"]
@@ -144,13 +150,7 @@ def test_the_verdict_needs_a_lead_beyond_the_noise_margin(met, product, expected
 
 def test_the_summary_marks_each_row_against_the_defaults(tmp_path):
     def run(name, makespan):
-        path = tmp_path / f"{name}.json"
-        cells = [{"trace": "t", "policy": "shockwave", "makespan_s": makespan, "avg_jct_s": 50.0,
-                  "worst_rho": 1.0, "unfair_fraction_1_05": 0.1, "mean_rho": 0.5},
-                 {"trace": "t", "policy": "max_min_fairness", "makespan_s": 100.0, "avg_jct_s": 100.0,
-                  "worst_rho": 2.0, "unfair_fraction_1_05": 0.2, "mean_rho": 1.0}]
-        path.write_text(json.dumps({"overrides": [name], "loads": {"t": [100, 2.0]}, "cells": cells}))
-        return str(path)
+        return _saved_run(tmp_path, name, makespan, 50.0)
 
     base, near, far = run("base", 80.0), run("near", 78.0), run("far", 70.0)
     rows = {r.split(" | ")[0].strip("| `"): r.split(" | ")[-1].strip(" |")
@@ -179,13 +179,7 @@ def test_a_target_flips_against_the_defaults_only_beyond_the_band(base, row, exp
 
 def test_the_summary_counts_targets_against_the_defaults_beyond_the_band(tmp_path):
     def run(name, makespan, jct):
-        path = tmp_path / f"{name}.json"
-        cells = [{"trace": "t", "policy": "shockwave", "makespan_s": makespan, "avg_jct_s": jct,
-                  "worst_rho": 1.0, "unfair_fraction_1_05": 0.1, "mean_rho": 0.5},
-                 {"trace": "t", "policy": "max_min_fairness", "makespan_s": 100.0, "avg_jct_s": 100.0,
-                  "worst_rho": 2.0, "unfair_fraction_1_05": 0.2, "mean_rho": 1.0}]
-        path.write_text(json.dumps({"overrides": [name], "loads": {"t": [100, 2.0]}, "cells": cells}))
-        return str(path)
+        return _saved_run(tmp_path, name, makespan, jct)
 
     # the defaults meet the makespan target by a hair; "hair" misses it by a hair with a far smaller
     # product (its average JCT 40 against 50), "wide" misses it by 2 %
