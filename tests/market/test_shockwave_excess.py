@@ -13,7 +13,7 @@ from market.shockwave.milp import _coefficients
 # moves it from u = 0.5 to 0.502 (log gain 0.004); job 1 is 6 of 10 epochs in (0.6 -> 0.8, 0.288).
 # Work bound W = 50,400 s, spare = 0.85 W - 200 = 42,640 s: job 0's leftover is 7,360 s beyond it
 # without the round and 7,160 s with it. k = makespan_k = excess_k = 0 (the default excess_k is 1e-5)
-# unless a test sets it, and P = 1 on time (priority_floor 1); theta 0.85 (the default until session 52).
+# unless a test sets it, and P = 1 on time (priority_floor 1); theta 0.85, pinned: the figures are worked for it.
 LONG = plan_input(0, 1, 1000, 500, 50_000.0, 100.0, 1e7)
 BASE = dict(future_rounds=1, makespan_k=0.0, k=0.0, excess_k=0.0, priority_floor=1.0, work_bound_fraction=0.85)
 
