@@ -182,7 +182,7 @@ def tabulate(
     rho = (now_s + projected_run_s(R, num_gpus, config.projection) - origin) / np.maximum(target - origin, 1e-9)
     priority = np.ones(N)
     late = rho > config.rhomax
-    priority[late] = rho[late] ** config.lam
+    priority[late] = rho[late] ** (config.lam if config.late_lam is None else config.late_lam)
     if config.priority_floor < 1.0:  # on time: the less slack, the higher (earliest deadline first)
         priority[~late] = np.maximum(rho[~late] / config.rhomax, config.priority_floor) ** config.lam
     near_done = late & (R < L)
