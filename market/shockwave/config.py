@@ -73,8 +73,9 @@ class ShockwaveConfig:
         docs/choosing_defaults.md, thirty-fifth round; 14 from session 29, chosen with
         ``utility = "alpha_fair"``, ``alpha = 0.6`` and unrounded profiles, fifteenth round).
     late_lam: the exponent of a late job's priority, P = rho^late_lam once rho > rhomax (ours,
-        session 54, opt-in); None (the default): ``lam``, the reference's single exponent. A late
-        job's rho counts its run from now, so its ratio cannot come back under rhomax; with lam 12
+        session 54, opt-in); None (the default): ``lam``, the reference's single exponent. Under
+        ``projection = "alone"`` (the default) a late job's rho counts its run alone from now, so
+        its ratio cannot come back under rhomax; with lam 12
         it outbids every job still on time (rho 1.3: P 23; rho 2: 4,096), the jobs it delays become
         late in turn, and in overload lateness spreads (the domino effect of earliest-deadline-first
         under overload). A smaller exponent lets late jobs compete with the most urgent jobs on time
