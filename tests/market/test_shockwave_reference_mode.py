@@ -124,7 +124,8 @@ def test_the_preset_holds_the_reference_values():
                       level_search=False, makespan_k=0.0, excess_k=0.0, formulation="reference", feasibility_jump=True, threads=1,
                       rho_from="trace_start", projection="constant", priority_floor=1.0,
                       latest_start_first=False, tail_packing=False, alpha_gpus=0, hold_until_replan=False,
-                      fewer_starts=False, critical_path=False, late_lam=None)  # late_lam None: lam for every job
+                      fewer_starts=False, critical_path=False,
+                      late_lam=None)  # unset: lam, the reference's one exponent, for every job
     assert {k: getattr(sw, k) for k in behaviours} == behaviours
     assert preset.simulation.policy == "shockwave"
     for section in ("rounds", "emulation", "workload", "gavel"):
