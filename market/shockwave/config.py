@@ -75,16 +75,16 @@ class ShockwaveConfig:
     late_lam: the exponent of a late job's priority, P = rho^late_lam once rho > rhomax (ours,
         session 54, opt-in); None (the default): ``lam``, the reference's single exponent. Under
         ``projection = "alone"`` (the default) a late job's rho counts its run alone from now, so
-        its ratio cannot come back under rhomax; with lam 12
-        it outbids every job still on time (rho 1.3: P 23; rho 2: 4,096), the jobs it delays become
-        late in turn, and in overload lateness spreads (the domino effect of earliest-deadline-first
-        under overload). A smaller exponent lets late jobs compete with the most urgent jobs on time
-        instead. On the four development traces where max-min fairness leaves 32-64 % of the jobs
-        past rho = 1.05, 2 took the share of jobs past it from 0.36-0.70x max-min fairness's to
-        0.26-0.48x (d520-wide-128gpu-overload 0.705x -> 0.422x) and worst rho from 0.22-0.29x to
-        0.23-0.33x (docs/choosing_defaults.md, thirty-ninth round).
-        It is not the default: over the whole development suite it met as many targets with a
-        product of the means 4.7 % smaller, inside the rule's 6 % noise margin.
+        its ratio cannot come back under rhomax; with lam 12 it outbids every job still on time
+        (rho 1.3: P 23; rho 2: 4,096), the jobs it delays become late in turn, and in overload
+        lateness spreads (the domino effect of earliest-deadline-first under overload). A smaller
+        exponent lets late jobs compete with the most urgent jobs on time instead. On the four
+        development traces where max-min fairness leaves 32-64 % of the jobs past rho = 1.05, 2
+        took the share of jobs past it from 0.36-0.70x max-min fairness's to 0.26-0.48x
+        (d520-wide-128gpu-overload 0.705x -> 0.422x) and worst rho from 0.22-0.29x to 0.23-0.33x
+        (docs/choosing_defaults.md, thirty-ninth round). It is not the default: over the whole
+        development suite it met as many targets with a product of the means 4.7 % smaller, inside
+        the rule's 6 % noise margin.
     rhomax: allowed ratio to the fair-share finish-time target.
     future_rounds: F, window length in rounds.
     reopt_rounds: periodic re-plan interval in rounds (reference: 8). Ours 10 since session 35: on
